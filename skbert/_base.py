@@ -1,0 +1,190 @@
+"""Shared estimator base: parameter checks, loading, inference batching, tags, pickling."""
+
+from __future__ import annotations
+
+import io
+import sys
+from numbers import Integral
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from ._backbone import SpecialTokens, load_backbone, model_max_length
+from ._encoding import encode_texts, length_batches, pad_batch
+from ._network import SentenceEncoder, check_layers
+from .pooling import (
+    CHUNK_POOLINGS,
+    TOKEN_POOLINGS,
+    TRAINABLE_CHUNK_POOLINGS,
+    TRAINABLE_POOLINGS,
+    make_chunk_pooling,
+    make_pooling,
+)
+from .truncation import STRATEGIES
+
+__all__ = ["BertEstimatorBase"]
+
+
+class BertEstimatorBase(BaseEstimator):
+    """Base of skbert's estimators: everything but the learning task.
+
+    Subclasses define ``__init__`` (storing their parameters verbatim), ``fit`` and their
+    prediction methods; they call :meth:`_build_network` in ``fit`` and :meth:`_embed` to get
+    one vector per text.
+    """
+
+    _parameter_constraints: dict = {
+        "model": [str],
+        "pooling": [StrOptions(set(TOKEN_POOLINGS))],
+        "layer": [Integral, tuple],  # ranges are checked against the model in fit
+        "layer_combine": [StrOptions({"concat", "mean", "max"})],
+        "truncation": [StrOptions(set(STRATEGIES))],
+        "max_length": [Interval(Integral, 3, None, closed="left"), None],
+        "head_length": [Interval(Integral, 0, None, closed="left")],
+        "chunk_pooling": [StrOptions(set(CHUNK_POOLINGS))],
+        "max_chunks": [Interval(Integral, 1, None, closed="left"), None],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "device": [str],
+        "precision": [StrOptions({"auto", "fp32", "bf16", "fp16"})],
+        "verbose": ["verbose"],
+    }
+
+    # ------------------------------------------------------------------ fitting helpers
+    def _check_trainable_choices(self, trains: bool) -> None:
+        """Refuse poolings that have weights when nothing will train them."""
+        if trains:
+            return
+        if self.pooling in TRAINABLE_POOLINGS:
+            raise ValueError(
+                f"pooling={self.pooling!r} has weights of its own that must be trained, and "
+                f"fine_tune={self.fine_tune!r} trains nothing. Use pooling='cls', 'mean' or "
+                "'max' for frozen features."
+            )
+        if self.truncation == "chunks" and self.chunk_pooling in TRAINABLE_CHUNK_POOLINGS:
+            raise ValueError(
+                f"chunk_pooling={self.chunk_pooling!r} has weights of its own that must be "
+                f"trained, and fine_tune={self.fine_tune!r} trains nothing. Use "
+                "chunk_pooling='mean' or 'max' for frozen features."
+            )
+
+    def _build_network(self) -> None:
+        """Load the encoder and tokenizer and assemble the network (sets learned state)."""
+        tokenizer, backbone = load_backbone(self.model)
+        limit = model_max_length(tokenizer, backbone.config)
+        max_length = limit if self.max_length is None else self.max_length
+        if max_length > limit:
+            raise ValueError(
+                f"max_length={self.max_length} exceeds this model's limit of {limit} tokens; "
+                f"use max_length <= {limit} or None (the model's limit)."
+            )
+        specials = SpecialTokens.from_tokenizer(tokenizer)
+        budget = max_length - specials.n_single
+        if self.truncation == "head+tail" and self.head_length >= budget:
+            raise ValueError(
+                f"head_length={self.head_length} leaves no room for the tail: with "
+                f"max_length={max_length} and {specials.n_single} special tokens, "
+                f"truncation='head+tail' needs head_length < {budget}."
+            )
+        layers = check_layers(self.layer, backbone.config.num_hidden_layers + 1)
+        self.tokenizer_ = tokenizer
+        self.special_tokens_ = specials
+        self.max_length_ = max_length
+        self.layers_ = layers
+        self.network_ = SentenceEncoder(
+            backbone,
+            layers=layers,
+            layer_combine=self.layer_combine,
+            pooling=make_pooling(self.pooling),
+            chunk_pooling=make_chunk_pooling(self.chunk_pooling),
+        ).eval()
+
+    # ------------------------------------------------------------------ inference
+    def _encode(self, first, second=None):
+        if second is not None and self.truncation == "chunks":
+            raise ValueError(
+                "truncation='chunks' splits single long texts and does not apply to sentence "
+                "pairs; use 'head', 'tail' or 'head+tail' for pairs."
+            )
+        encoded = encode_texts(
+            self.tokenizer_,
+            self.special_tokens_,
+            first,
+            second,
+            truncation=self.truncation,
+            max_length=self.max_length_,
+            head_length=self.head_length,
+            max_chunks=self.max_chunks,
+        )
+        if self.verbose and encoded.n_truncated:
+            how = (
+                "split into chunks"
+                if self.truncation == "chunks"
+                else f"truncated (truncation={self.truncation!r})"
+            )
+            print(
+                f"{type(self).__name__}: {encoded.n_truncated} of {len(encoded)} texts exceed "
+                f"max_length={self.max_length_} tokens and were {how}.",
+                file=sys.stderr,
+            )
+        return encoded
+
+    def _embed(self, first, second=None, *, desc="Encoding") -> np.ndarray:
+        """One float32 vector per text (or pair), in input order, under inference mode."""
+        import torch
+        from tqdm.auto import tqdm
+
+        from ._runtime import autocast, resolve_device, resolve_precision
+
+        device = resolve_device(self.device)
+        dtype = resolve_precision(self.precision, device)
+        network = self.network_.to(device).eval()
+        encoded = self._encode(first, second)
+        chunked = self.truncation == "chunks"
+        pad_id = self.tokenizer_.pad_token_id or 0
+        out = np.empty((len(encoded), network.output_dim), dtype=np.float32)
+        batches = list(length_batches(encoded, self.batch_size))
+        with torch.inference_mode(), autocast(device, dtype):
+            for batch in tqdm(batches, desc=desc, unit="batch", disable=not self.verbose):
+                ids, mask, types, owner = pad_batch(encoded, batch, pad_id)
+                vectors = network(
+                    torch.from_numpy(ids).to(device),
+                    torch.from_numpy(mask).to(device),
+                    torch.from_numpy(types).to(device),
+                    owner=torch.from_numpy(owner).to(device) if chunked else None,
+                    n_texts=len(batch),
+                ).float()
+                if getattr(self, "normalize", False):
+                    vectors = torch.nn.functional.normalize(vectors, dim=-1)
+                out[batch] = vectors.cpu().numpy()
+        return out
+
+    # ------------------------------------------------------------------ sklearn plumbing
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.string = True
+        tags.input_tags.one_d_array = True
+        tags.input_tags.two_d_array = True
+        return tags
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self):
+        state = super().__getstate__()
+        if "network_" in state:
+            import torch
+
+            buffer = io.BytesIO()
+            torch.save(state["network_"], buffer)
+            state["network_"] = buffer.getvalue()
+        return state
+
+    def __setstate__(self, state):
+        network = state.get("network_")
+        if isinstance(network, bytes):
+            import torch
+
+            # map_location: a model fitted on a GPU loads on a CPU-only machine.
+            state["network_"] = torch.load(
+                io.BytesIO(network), map_location="cpu", weights_only=False
+            )
+        super().__setstate__(state)

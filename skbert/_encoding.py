@@ -1,0 +1,130 @@
+"""Texts -> model rows: tokenize, truncate (or chunk), add special tokens, batch by length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .truncation import split_chunks, truncate, truncate_pair
+
+__all__ = ["Encoded", "encode_texts", "length_batches", "pad_batch"]
+
+
+@dataclass
+class Encoded:
+    """Model-ready rows for a list of texts.
+
+    ``rows[i]`` is the list of ``(input_ids, token_type_ids)`` rows of text ``i``: one row,
+    or one per chunk with ``truncation="chunks"``.
+    """
+
+    rows: list
+    n_truncated: int
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _tokenize(tokenizer, texts):
+    return tokenizer(
+        texts,
+        add_special_tokens=False,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+        verbose=False,
+    )["input_ids"]
+
+
+def encode_texts(
+    tokenizer,
+    specials,
+    first,
+    second=None,
+    *,
+    truncation="head",
+    max_length=512,
+    head_length=128,
+    max_chunks=None,
+) -> Encoded:
+    """Tokenize texts (or pairs) and cut them to ``max_length`` tokens, specials included.
+
+    Parameters
+    ----------
+    tokenizer : transformers tokenizer
+    specials : SpecialTokens
+    first : list of str
+    second : list of str or None
+        Second sentences of pairs.
+    truncation : {"head", "tail", "head+tail", "chunks"}
+    max_length : int
+    head_length : int
+    max_chunks : int or None
+
+    Returns
+    -------
+    Encoded
+    """
+    ids_first = _tokenize(tokenizer, first)
+    rows, n_truncated = [], 0
+    if second is None:
+        budget = max_length - specials.n_single
+        for ids in ids_first:
+            if len(ids) > budget:
+                n_truncated += 1
+            if truncation == "chunks":
+                rows.append([specials.build(c) for c in split_chunks(ids, budget, max_chunks)])
+            else:
+                rows.append([specials.build(truncate(ids, budget, truncation, head_length))])
+        return Encoded(rows, n_truncated)
+    ids_second = _tokenize(tokenizer, second)
+    budget = max_length - specials.n_pair
+    for a, b in zip(ids_first, ids_second):
+        if len(a) + len(b) > budget:
+            n_truncated += 1
+        rows.append([specials.build(*truncate_pair(a, b, budget, truncation, head_length))])
+    return Encoded(rows, n_truncated)
+
+
+def length_batches(encoded: Encoded, batch_size: int):
+    """Group text indices into batches of about ``batch_size`` rows, longest texts first.
+
+    Sorting by length keeps padding small; the longest batch comes first so that an
+    out-of-memory error shows at once. A text's chunks always stay in one batch.
+    """
+    longest = np.fromiter((max(len(r[0]) for r in rows) for rows in encoded.rows), dtype=np.int64)
+    order = np.argsort(-longest, kind="stable")
+    batch, n_rows = [], 0
+    for i in order:
+        k = len(encoded.rows[i])
+        if batch and n_rows + k > batch_size:
+            yield batch
+            batch, n_rows = [], 0
+        batch.append(int(i))
+        n_rows += k
+    if batch:
+        yield batch
+
+
+def pad_batch(encoded: Encoded, indices, pad_id: int):
+    """Pad the rows of the texts ``indices`` into numpy arrays.
+
+    Returns
+    -------
+    input_ids, attention_mask, token_type_ids : ndarray of shape (n_rows, longest)
+    owner : ndarray of shape (n_rows,)
+        Position in ``indices`` of the text each row belongs to.
+    """
+    rows = [row for i in indices for row in encoded.rows[i]]
+    owner = np.fromiter(
+        (pos for pos, i in enumerate(indices) for _ in encoded.rows[i]), dtype=np.int64
+    )
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    token_types = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for r, (ids, types) in enumerate(rows):
+        input_ids[r, : len(ids)] = ids
+        token_types[r, : len(types)] = types
+        mask[r, : len(ids)] = 1
+    return input_ids, mask, token_types, owner

@@ -1,0 +1,94 @@
+"""The network: encoder -> chosen layers -> token pooling -> chunk pooling."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+__all__ = ["SentenceEncoder", "check_layers"]
+
+
+def check_layers(layer, n_hidden_states: int) -> tuple:
+    """Normalise ``layer`` to a tuple of indices into the hidden states and check the range.
+
+    Parameters
+    ----------
+    layer : int or tuple of int
+        0 is the embedding output, -1 the last layer.
+    n_hidden_states : int
+        Number of hidden states the encoder returns (its layers + 1).
+    """
+    layers = (layer,) if isinstance(layer, int) else tuple(layer)
+    if not layers:
+        raise ValueError("layer=() is empty; give an int or a non-empty tuple of ints.")
+    for value in layers:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"layer={layer!r} must be an int or a tuple of ints.")
+        if not -n_hidden_states <= value < n_hidden_states:
+            raise ValueError(
+                f"layer={layer!r} is out of range: this model has {n_hidden_states} hidden states "
+                f"(0 = embeddings ... {n_hidden_states - 1} = last layer), so each index must be in "
+                f"[{-n_hidden_states}, {n_hidden_states - 1}]."
+            )
+    return tuple(value % n_hidden_states for value in layers)
+
+
+class SentenceEncoder(nn.Module):
+    """Encode token ids into one vector per text.
+
+    Parameters
+    ----------
+    backbone : transformers.PreTrainedModel
+        An encoder loaded with ``AutoModel``.
+    layers : tuple of int
+        Non-negative indices into the hidden states (see :func:`check_layers`).
+    layer_combine : {"concat", "mean", "max"}
+        How the token states of several layers are combined, before pooling.
+    pooling : nn.Module
+        Token pooling: ``(states, mask) -> vectors``.
+    chunk_pooling : nn.Module
+        Chunk pooling: ``(vectors, owner, n_texts) -> text vectors``.
+    """
+
+    def __init__(self, backbone, layers, layer_combine, pooling, chunk_pooling):
+        super().__init__()
+        self.backbone = backbone
+        self.layers = tuple(layers)
+        self.layer_combine = layer_combine
+        self.pooling = pooling
+        self.chunk_pooling = chunk_pooling
+        params = inspect.signature(backbone.forward).parameters
+        self.uses_token_types = "token_type_ids" in params
+        self.n_hidden_states = backbone.config.num_hidden_layers + 1
+
+    @property
+    def output_dim(self) -> int:
+        hidden = self.backbone.config.hidden_size
+        return hidden * len(self.layers) if self.layer_combine == "concat" else hidden
+
+    def token_states(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        """Token states of the chosen layers, combined: ``(batch, seq, dim)``."""
+        last_only = self.layers == (self.n_hidden_states - 1,)
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.uses_token_types and token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        out = self.backbone(**kwargs, output_hidden_states=not last_only, return_dict=True)
+        if last_only:
+            return out.last_hidden_state
+        states = [out.hidden_states[i] for i in self.layers]
+        if len(states) == 1:
+            return states[0]
+        if self.layer_combine == "concat":
+            return torch.cat(states, dim=-1)
+        stacked = torch.stack(states, dim=0)
+        return stacked.mean(dim=0) if self.layer_combine == "mean" else stacked.amax(dim=0)
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None, owner=None, n_texts=None):
+        """Return ``(n_texts, output_dim)``; rows sharing an ``owner`` are chunks of one text."""
+        states = self.token_states(input_ids, attention_mask, token_type_ids)
+        vectors = self.pooling(states, attention_mask)
+        if owner is None:
+            return vectors
+        return self.chunk_pooling(vectors, owner, n_texts)

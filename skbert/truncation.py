@@ -1,0 +1,114 @@
+"""Truncation strategies of Sun et al. (2019) as pure functions on token-id lists.
+
+The ids given here never include special tokens: ``budget`` is the number of content tokens
+that fit once the model's special tokens ([CLS], [SEP], ...) are reserved, so special tokens
+are always kept.
+
+- ``"head"``: the first ``budget`` tokens.
+- ``"tail"``: the last ``budget`` tokens.
+- ``"head+tail"``: the first ``head_length`` tokens and the last ``budget - head_length``
+  (Sun et al. keep 128 + 382 of 510).
+- ``"chunks"``: the whole text cut into consecutive windows of ``budget`` tokens (the
+  hierarchical method); each window is encoded on its own and the windows are pooled later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["STRATEGIES", "truncate", "split_chunks", "truncate_pair"]
+
+STRATEGIES = ("head", "tail", "head+tail", "chunks")
+
+
+def truncate(ids: Sequence[int], budget: int, strategy: str, head_length: int = 128) -> list:
+    """Cut one token-id sequence down to ``budget`` tokens.
+
+    Parameters
+    ----------
+    ids : sequence of int
+        Token ids without special tokens.
+    budget : int
+        Number of content tokens allowed (>= 1).
+    strategy : {"head", "tail", "head+tail"}
+        Which part of the text to keep.
+    head_length : int, default=128
+        Head tokens kept by ``"head+tail"``; clipped to ``budget``.
+
+    Returns
+    -------
+    list of int
+        ``ids`` itself (as a list) when it fits, else the kept tokens in their original order.
+    """
+    ids = list(ids)
+    if len(ids) <= budget:
+        return ids
+    if strategy == "head":
+        return ids[:budget]
+    if strategy == "tail":
+        return ids[len(ids) - budget :]
+    if strategy == "head+tail":
+        head = min(head_length, budget)
+        tail = budget - head
+        return ids[:head] + (ids[len(ids) - tail :] if tail else [])
+    raise ValueError(
+        f"strategy={strategy!r} is not a single-window truncation; "
+        "allowed: 'head', 'tail', 'head+tail'."
+    )
+
+
+def split_chunks(ids: Sequence[int], budget: int, max_chunks: int | None = None) -> list:
+    """Cut a token-id sequence into consecutive windows of at most ``budget`` tokens.
+
+    Parameters
+    ----------
+    ids : sequence of int
+        Token ids without special tokens.
+    budget : int
+        Content tokens per window (>= 1).
+    max_chunks : int or None, default=None
+        Keep at most this many windows (the first ones); None keeps all.
+
+    Returns
+    -------
+    list of list of int
+        At least one window; an empty text gives one empty window.
+    """
+    ids = list(ids)
+    chunks = [ids[start : start + budget] for start in range(0, len(ids), budget)] or [[]]
+    if max_chunks is not None:
+        chunks = chunks[:max_chunks]
+    return chunks
+
+
+def truncate_pair(
+    first: Sequence[int],
+    second: Sequence[int],
+    budget: int,
+    strategy: str,
+    head_length: int = 128,
+) -> tuple:
+    """Cut a sentence pair down to ``budget`` tokens in all, longest side first.
+
+    The shorter side is kept whole when it takes at most half the budget; otherwise both sides
+    get half. Each side is then cut with ``strategy`` (``head_length`` is clipped to the side's
+    share for ``"head+tail"``).
+
+    Returns
+    -------
+    (list of int, list of int)
+    """
+    first, second = list(first), list(second)
+    if len(first) + len(second) <= budget:
+        return first, second
+    half = budget // 2
+    if len(first) <= half:
+        keep_first, keep_second = len(first), budget - len(first)
+    elif len(second) <= half:
+        keep_first, keep_second = budget - len(second), len(second)
+    else:
+        keep_first, keep_second = budget - half, half
+    return (
+        truncate(first, keep_first, strategy, head_length),
+        truncate(second, keep_second, strategy, head_length),
+    )
