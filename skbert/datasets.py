@@ -1,0 +1,99 @@
+"""Loaders for the public data sets used in examples, benchmarks and tests.
+
+Files are read from ``data_home``, else from the ``SKBERT_DATA`` environment variable, else
+from ``~/skbert_data``. Each data set sits in its own folder there (``stsb/``, ...), laid out as
+in its canonical release.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+from sklearn.utils import Bunch
+
+__all__ = ["get_data_home", "load_stsb", "load_demo_sentiment"]
+
+_STSB_FILES = {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test.csv"}
+
+
+def get_data_home(data_home=None) -> Path:
+    """Folder holding the data sets: ``data_home``, else ``$SKBERT_DATA``, else ``~/skbert_data``."""
+    if data_home is None:
+        data_home = os.environ.get("SKBERT_DATA", "~/skbert_data")
+    return Path(data_home).expanduser()
+
+
+def _require(path: Path, name: str, source: str) -> Path:
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{name}: {path} not found. Put the files of {source} in "
+            f"{path.parent} (or point data_home / the SKBERT_DATA environment variable at the "
+            "folder that holds them)."
+        )
+    return path
+
+
+def _check_split(split, allowed):
+    if split not in allowed:
+        raise ValueError(f"split={split!r} is not allowed; use one of {sorted(allowed)}.")
+
+
+def load_stsb(split="test", *, data_home=None, return_X_y=False):
+    """Load the STS Benchmark (Cer et al. 2017): sentence pairs with similarity scores 0-5.
+
+    Parameters
+    ----------
+    split : {"train", "dev", "test"}, default="test"
+    data_home : str or path-like, default=None
+        Folder holding ``stsb/sts-{split}.csv``; see :func:`get_data_home`.
+    return_X_y : bool, default=False
+        Return ``(X, y)`` instead of a Bunch.
+
+    Returns
+    -------
+    Bunch with ``data`` (object array of shape (n, 2): the sentence pairs), ``target`` (float
+    scores 0-5) and ``genre``; or ``(data, target)`` when ``return_X_y``.
+    """
+    _check_split(split, _STSB_FILES)
+    path = _require(
+        get_data_home(data_home) / "stsb" / _STSB_FILES[split],
+        "load_stsb",
+        "the STS Benchmark (Stsbenchmark.tar.gz, folder stsbenchmark/)",
+    )
+    pairs, scores, genres = [], [], []
+    with open(path, encoding="utf-8") as handle:
+        # Some rows carry two extra columns (sources): take columns 4-6 only.
+        for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE):
+            genres.append(row[0])
+            scores.append(float(row[4]))
+            pairs.append((row[5], row[6]))
+    data = np.empty((len(pairs), 2), dtype=object)
+    data[:] = pairs
+    target = np.asarray(scores, dtype=np.float64)
+    if return_X_y:
+        return data, target
+    return Bunch(data=data, target=target, genre=np.asarray(genres, dtype=object))
+
+
+def load_demo_sentiment(*, return_X_y=False):
+    """The small sentiment sample bundled with skbert (for the demo and quick tests).
+
+    400 sentences of the SST-2 training set (GLUE; Socher et al. 2013), 200 positive and 200
+    negative, drawn at random; see ``skbert/data/README.md`` for source and terms.
+
+    Returns
+    -------
+    Bunch with ``data`` (object array of sentences) and ``target`` (0 = negative,
+    1 = positive); or ``(data, target)`` when ``return_X_y``.
+    """
+    text = resources.files("skbert").joinpath("data/sst2_sample.tsv").read_text("utf-8")
+    rows = [line.split("\t") for line in text.splitlines()[1:] if line]
+    data = np.asarray([sentence for sentence, _ in rows], dtype=object)
+    target = np.asarray([int(label) for _, label in rows], dtype=np.int64)
+    if return_X_y:
+        return data, target
+    return Bunch(data=data, target=target, target_names=np.asarray(["negative", "positive"]))
