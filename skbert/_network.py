@@ -85,6 +85,25 @@ class SentenceEncoder(nn.Module):
         stacked = torch.stack(states, dim=0)
         return stacked.mean(dim=0) if self.layer_combine == "mean" else stacked.amax(dim=0)
 
+    # Pickling: transformers 5 attaches hooks made of local functions to its models, which
+    # pickle cannot store; the backbone travels as (class, config, CPU state dict) instead.
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        modules = dict(state["_modules"])
+        backbone = modules.pop("backbone")
+        weights = {k: v.detach().cpu() for k, v in backbone.state_dict().items()}
+        state["_modules"] = modules
+        state["_backbone"] = (type(backbone), backbone.config, weights)
+        return state
+
+    def __setstate__(self, state):
+        backbone_class, config, weights = state.pop("_backbone")
+        backbone = backbone_class(config)
+        backbone.load_state_dict(weights)
+        backbone.eval()
+        state["_modules"] = {"backbone": backbone, **state["_modules"]}
+        self.__dict__.update(state)
+
     def forward(self, input_ids, attention_mask, token_type_ids=None, owner=None, n_texts=None):
         """Return ``(n_texts, output_dim)``; rows sharing an ``owner`` are chunks of one text."""
         states = self.token_states(input_ids, attention_mask, token_type_ids)

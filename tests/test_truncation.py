@@ -1,0 +1,48 @@
+import pytest
+
+from skbert.truncation import split_chunks, truncate, truncate_pair
+
+IDS = list(range(10))
+
+
+def test_short_text_is_untouched():
+    for strategy in ("head", "tail", "head+tail"):
+        assert truncate(IDS, 10, strategy) == IDS
+
+
+def test_head_tail_and_head_plus_tail():
+    assert truncate(IDS, 4, "head") == [0, 1, 2, 3]
+    assert truncate(IDS, 4, "tail") == [6, 7, 8, 9]
+    assert truncate(IDS, 5, "head+tail", head_length=2) == [0, 1, 7, 8, 9]
+
+
+def test_head_plus_tail_with_head_as_long_as_budget_is_head():
+    assert truncate(IDS, 3, "head+tail", head_length=3) == [0, 1, 2]
+
+
+def test_unknown_strategy():
+    with pytest.raises(ValueError, match="allowed: 'head', 'tail', 'head\\+tail'"):
+        truncate(IDS, 3, "chunks")
+
+
+def test_chunks_cover_the_whole_text_in_order():
+    chunks = split_chunks(IDS, 4)
+    assert chunks == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert split_chunks(IDS, 4, max_chunks=2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert split_chunks([], 4) == [[]]
+
+
+def test_pair_keeps_short_side_whole():
+    a, b = truncate_pair([1, 2], list(range(10, 30)), 8, "head")
+    assert a == [1, 2] and b == list(range(10, 16))
+    a, b = truncate_pair(list(range(10, 30)), [1, 2], 8, "tail")
+    assert a == list(range(24, 30)) and b == [1, 2]
+
+
+def test_pair_halves_budget_when_both_long():
+    a, b = truncate_pair(list(range(20)), list(range(100, 120)), 9, "head")
+    assert len(a) + len(b) == 9 and len(a) == 5 and len(b) == 4
+
+
+def test_pair_that_fits_is_untouched():
+    assert truncate_pair([1], [2], 5, "head") == ([1], [2])
