@@ -61,7 +61,6 @@ def load_backbone(model: str):
     """
     import torch
     from transformers import AutoModel, AutoTokenizer
-
     from transformers.utils import logging as hf_logging
 
     source = resolve_model(model)

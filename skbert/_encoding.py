@@ -79,7 +79,7 @@ def encode_texts(
         return Encoded(rows, n_truncated)
     ids_second = _tokenize(tokenizer, second)
     budget = max_length - specials.n_pair
-    for a, b in zip(ids_first, ids_second):
+    for a, b in zip(ids_first, ids_second, strict=True):
         if len(a) + len(b) > budget:
             n_truncated += 1
         rows.append([specials.build(*truncate_pair(a, b, budget, truncation, head_length))])

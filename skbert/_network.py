@@ -28,9 +28,9 @@ def check_layers(layer, n_hidden_states: int) -> tuple:
             raise TypeError(f"layer={layer!r} must be an int or a tuple of ints.")
         if not -n_hidden_states <= value < n_hidden_states:
             raise ValueError(
-                f"layer={layer!r} is out of range: this model has {n_hidden_states} hidden states "
-                f"(0 = embeddings ... {n_hidden_states - 1} = last layer), so each index must be in "
-                f"[{-n_hidden_states}, {n_hidden_states - 1}]."
+                f"layer={layer!r} is out of range: this model has {n_hidden_states} hidden "
+                f"states (0 = embeddings ... {n_hidden_states - 1} = last layer), so each index "
+                f"must be in [{-n_hidden_states}, {n_hidden_states - 1}]."
             )
     return tuple(value % n_hidden_states for value in layers)
 

@@ -98,11 +98,9 @@ def check_texts(X, *, allow_pairs: bool = True):
     if not rows:
         raise ValueError("X is empty; it must contain at least one text.")
     if width is None or width == 1:
-        first = [
-            _check_item(row if width is None else row[0], f"[{i}]" if width is None else f"[{i}, 0]")
-            for i, row in enumerate(rows)
-        ]
-        return first, None
+        if width is None:
+            return [_check_item(row, f"[{i}]") for i, row in enumerate(rows)], None
+        return [_check_item(row[0], f"[{i}, 0]") for i, row in enumerate(rows)], None
     if width == 2:
         if not allow_pairs:
             raise ValueError(

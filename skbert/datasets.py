@@ -21,7 +21,7 @@ _STSB_FILES = {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test
 
 
 def get_data_home(data_home=None) -> Path:
-    """Folder holding the data sets: ``data_home``, else ``$SKBERT_DATA``, else ``~/skbert_data``."""
+    """Data folder: ``data_home``, else ``$SKBERT_DATA``, else ``~/skbert_data``."""
     if data_home is None:
         data_home = os.environ.get("SKBERT_DATA", "~/skbert_data")
     return Path(data_home).expanduser()

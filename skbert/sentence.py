@@ -13,9 +13,7 @@ from ._validation import check_texts
 __all__ = ["BertSentenceTransformer"]
 
 
-class BertSentenceTransformer(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, BertEstimatorBase
-):
+class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BertEstimatorBase):
     """Sentence vectors read out of a BERT-family encoder, as a scikit-learn transformer.
 
     Every way of reading a sentence vector out of BERT studied by Choi et al. (2021) and

@@ -34,7 +34,7 @@ def test_vectors_match_a_direct_forward_pass(tiny_model):
     """Mean pooling of the last layer, computed by hand from the Hugging Face model."""
     est = make(tiny_model, pooling="mean").fit(TEXTS)
     tokenizer, backbone = est.tokenizer_, est.network_.backbone
-    for text, vector in zip(TEXTS, est.transform(TEXTS)):
+    for text, vector in zip(TEXTS, est.transform(TEXTS), strict=True):
         enc = tokenizer(text, return_tensors="pt")
         with torch.no_grad():
             states = backbone(**enc).last_hidden_state[0]
@@ -51,7 +51,9 @@ def test_order_and_batching_do_not_change_vectors(tiny_model, pooling):
 
 
 def test_poolings_differ(tiny_bert):
-    outs = {p: make(tiny_bert, pooling=p).fit(TEXTS).transform(TEXTS) for p in ("cls", "mean", "max")}
+    outs = {
+        p: make(tiny_bert, pooling=p).fit(TEXTS).transform(TEXTS) for p in ("cls", "mean", "max")
+    }
     assert not np.allclose(outs["cls"], outs["mean"])
     assert not np.allclose(outs["mean"], outs["max"])
 
