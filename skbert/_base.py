@@ -68,8 +68,12 @@ class BertEstimatorBase(BaseEstimator):
                 "chunk_pooling='mean' or 'max' for frozen features."
             )
 
-    def _build_network(self) -> None:
-        """Load the encoder and tokenizer and assemble the network (sets learned state)."""
+    def _build_encoder(self):
+        """Load the encoder and tokenizer; return the :class:`SentenceEncoder`.
+
+        Sets the learned state shared by all estimators: ``tokenizer_``, ``special_tokens_``,
+        ``max_length_`` and ``layers_``.
+        """
         tokenizer, backbone = load_backbone(self.model)
         limit = model_max_length(tokenizer, backbone.config)
         max_length = limit if self.max_length is None else self.max_length
@@ -91,12 +95,20 @@ class BertEstimatorBase(BaseEstimator):
         self.special_tokens_ = specials
         self.max_length_ = max_length
         self.layers_ = layers
-        self.network_ = SentenceEncoder(
+        hidden = backbone.config.hidden_size
+        token_dim = hidden * len(layers) if self.layer_combine == "concat" else hidden
+        cnn_params = {}
+        if self.pooling == "cnn":
+            cnn_params = {"kernel_sizes": tuple(self.cnn_kernel_sizes),
+                          "channels": self.cnn_channels}  # fmt: skip
+        pooling = make_pooling(self.pooling, token_dim, **cnn_params)
+        pooled_dim = getattr(pooling, "output_dim", token_dim)
+        return SentenceEncoder(
             backbone,
             layers=layers,
             layer_combine=self.layer_combine,
-            pooling=make_pooling(self.pooling),
-            chunk_pooling=make_chunk_pooling(self.chunk_pooling),
+            pooling=pooling,
+            chunk_pooling=make_chunk_pooling(self.chunk_pooling, pooled_dim),
         ).eval()
 
     # ------------------------------------------------------------------ inference
@@ -129,33 +141,40 @@ class BertEstimatorBase(BaseEstimator):
             )
         return encoded
 
-    def _embed(self, first, second=None, *, desc="Encoding") -> np.ndarray:
-        """One float32 vector per text (or pair), in input order, under inference mode."""
+    def _batch_tensors(self, encoded, indices, device) -> dict:
+        """Padded tensors for the texts ``indices`` of ``encoded``, as network keywords."""
+        import torch
+
+        ids, mask, types, owner = pad_batch(encoded, indices, self.tokenizer_.pad_token_id or 0)
+        return {
+            "input_ids": torch.from_numpy(ids).to(device),
+            "attention_mask": torch.from_numpy(mask).to(device),
+            "token_type_ids": torch.from_numpy(types).to(device),
+            "owner": torch.from_numpy(owner).to(device) if self.truncation == "chunks" else None,
+            "n_texts": len(indices),
+        }
+
+    def _device_and_dtype(self):
+        from ._runtime import resolve_device, resolve_precision
+
+        device = resolve_device(self.device)
+        return device, resolve_precision(self.precision, device)
+
+    def _forward_all(self, first, second=None, *, desc="Encoding") -> np.ndarray:
+        """``network_`` output for every text (or pair), float32, in input order."""
         import torch
         from tqdm.auto import tqdm
 
-        from ._runtime import autocast, resolve_device, resolve_precision
+        from ._runtime import autocast
 
-        device = resolve_device(self.device)
-        dtype = resolve_precision(self.precision, device)
+        device, dtype = self._device_and_dtype()
         network = self.network_.to(device).eval()
         encoded = self._encode(first, second)
-        chunked = self.truncation == "chunks"
-        pad_id = self.tokenizer_.pad_token_id or 0
         out = np.empty((len(encoded), network.output_dim), dtype=np.float32)
         batches = list(length_batches(encoded, self.batch_size))
         with torch.inference_mode(), autocast(device, dtype):
             for batch in tqdm(batches, desc=desc, unit="batch", disable=not self.verbose):
-                ids, mask, types, owner = pad_batch(encoded, batch, pad_id)
-                vectors = network(
-                    torch.from_numpy(ids).to(device),
-                    torch.from_numpy(mask).to(device),
-                    torch.from_numpy(types).to(device),
-                    owner=torch.from_numpy(owner).to(device) if chunked else None,
-                    n_texts=len(batch),
-                ).float()
-                if getattr(self, "normalize", False):
-                    vectors = torch.nn.functional.normalize(vectors, dim=-1)
+                vectors = network(**self._batch_tensors(encoded, batch, device)).float()
                 out[batch] = vectors.cpu().numpy()
         return out
 
@@ -169,7 +188,8 @@ class BertEstimatorBase(BaseEstimator):
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):
-        state = super().__getstate__()
+        # a copy: object.__getstate__ returns the live __dict__ itself
+        state = dict(super().__getstate__())
         if "network_" in state:
             import torch
 

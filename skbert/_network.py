@@ -64,9 +64,15 @@ class SentenceEncoder(nn.Module):
         self.n_hidden_states = backbone.config.num_hidden_layers + 1
 
     @property
-    def output_dim(self) -> int:
+    def token_dim(self) -> int:
+        """Width of the combined token states that the pooling reads."""
         hidden = self.backbone.config.hidden_size
         return hidden * len(self.layers) if self.layer_combine == "concat" else hidden
+
+    @property
+    def output_dim(self) -> int:
+        """Width of the output vectors."""
+        return getattr(self.pooling, "output_dim", self.token_dim)
 
     def token_states(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         """Token states of the chosen layers, combined: ``(batch, seq, dim)``."""
@@ -111,3 +117,38 @@ class SentenceEncoder(nn.Module):
         if owner is None:
             return vectors
         return self.chunk_pooling(vectors, owner, n_texts)
+
+
+class TaskNetwork(nn.Module):
+    """A :class:`SentenceEncoder` with dropout and a linear task head on its vectors.
+
+    Parameters
+    ----------
+    encoder : SentenceEncoder
+    n_outputs : int
+        Logits per input (classes, or labels for multi-label).
+    dropout : float
+        Dropout rate before the head (Sun et al.: 0.1).
+    input_multiplier : int, default=1
+        Width of the head's input in encoder vectors (3 for SBERT's (u, v, |u - v|)).
+    """
+
+    def __init__(self, encoder: SentenceEncoder, n_outputs: int, dropout: float = 0.1,
+                 input_multiplier: int = 1):  # fmt: skip
+        super().__init__()
+        self.encoder = encoder
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(encoder.output_dim * input_multiplier, n_outputs)
+
+    @property
+    def backbone(self):
+        return self.encoder.backbone
+
+    @property
+    def output_dim(self) -> int:
+        return self.head.out_features
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None, owner=None, n_texts=None):
+        """Logits of shape ``(n_texts, n_outputs)``."""
+        vectors = self.encoder(input_ids, attention_mask, token_type_ids, owner, n_texts)
+        return self.head(self.dropout(vectors))

@@ -15,7 +15,9 @@ __all__ = [
     "CLSPooling",
     "MeanPooling",
     "MaxPooling",
+    "CNNPooling",
     "ChunkPooling",
+    "AttentionChunkPooling",
     "make_pooling",
     "make_chunk_pooling",
 ]
@@ -53,6 +55,42 @@ class MaxPooling(nn.Module):
         return states.masked_fill(~keep, lowest).amax(dim=1)
 
 
+class CNNPooling(nn.Module):
+    """A CNN pooling network over token states (Choi et al.'s CNN-SBERT; Kim 2014).
+
+    1-D convolutions of several widths run over the token states; padding positions are zeroed
+    before the convolution and excluded from the max over time, so the output does not depend
+    on how much padding a batch has.
+
+    Parameters
+    ----------
+    input_dim : int
+        Width of the token states.
+    kernel_sizes : tuple of int
+        Convolution widths (in tokens), one convolution each.
+    channels : int
+        Output channels of each convolution; the output width is
+        ``channels * len(kernel_sizes)``.
+    """
+
+    def __init__(self, input_dim: int, kernel_sizes=(1, 3, 5), channels: int = 128):
+        super().__init__()
+        self.convs = nn.ModuleList(
+            nn.Conv1d(input_dim, channels, k, padding="same") for k in kernel_sizes
+        )
+        self.output_dim = channels * len(kernel_sizes)
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        keep = mask.unsqueeze(1).bool()  # (batch, 1, seq)
+        x = states.transpose(1, 2)  # (batch, dim, seq)
+        x = x.masked_fill(~keep, 0.0)
+        pooled = []
+        for conv in self.convs:
+            h = torch.relu(conv(x))
+            pooled.append(h.masked_fill(~keep, torch.finfo(h.dtype).min).amax(dim=-1))
+        return torch.cat(pooled, dim=-1)
+
+
 class ChunkPooling(nn.Module):
     """Combine the vectors of a text's chunks (Sun et al.'s hierarchical pooling).
 
@@ -78,16 +116,44 @@ class ChunkPooling(nn.Module):
         return empty.scatter_reduce(0, index, vectors, reduce="mean", include_self=False)
 
 
-def make_pooling(name: str) -> nn.Module:
-    """Build the token pooling module called ``name`` ("cls", "mean" or "max")."""
+class AttentionChunkPooling(nn.Module):
+    """Self-attention over the chunk vectors of each text (Sun et al.'s hierarchical variant).
+
+    Each chunk gets a score ``w . tanh(W v)``; the scores are soft-maxed among the chunks of
+    the same text and the text vector is the weighted sum of its chunk vectors.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.project = nn.Linear(dim, dim)
+        self.score = nn.Linear(dim, 1, bias=False)
+
+    def forward(self, vectors: torch.Tensor, owner: torch.Tensor, n_texts: int) -> torch.Tensor:
+        scores = self.score(torch.tanh(self.project(vectors))).squeeze(-1).float()
+        top = scores.new_full((n_texts,), float("-inf"))
+        top = top.scatter_reduce(0, owner, scores, reduce="amax", include_self=True)
+        weights = torch.exp(scores - top[owner])
+        totals = weights.new_zeros(n_texts).index_add(0, owner, weights)
+        weights = (weights / totals[owner]).to(vectors.dtype)
+        out = vectors.new_zeros((n_texts, vectors.shape[1]))
+        return out.index_add(0, owner, vectors * weights.unsqueeze(-1))
+
+
+def make_pooling(name: str, input_dim: int | None = None, **cnn_params) -> nn.Module:
+    """Build the token pooling module called ``name``.
+
+    ``"cnn"`` needs ``input_dim`` and takes ``kernel_sizes`` and ``channels``.
+    """
+    if name == "cnn":
+        return CNNPooling(input_dim, **cnn_params)
     modules = {"cls": CLSPooling, "mean": MeanPooling, "max": MaxPooling}
     if name not in modules:
-        raise ValueError(
-            f"pooling={name!r} cannot be built without training; allowed here: {sorted(modules)}."
-        )
+        raise ValueError(f"pooling={name!r} is not allowed; use one of {TOKEN_POOLINGS}.")
     return modules[name]()
 
 
-def make_chunk_pooling(name: str) -> nn.Module:
-    """Build the chunk pooling module called ``name`` ("mean" or "max")."""
+def make_chunk_pooling(name: str, dim: int | None = None) -> nn.Module:
+    """Build the chunk pooling module called ``name`` ("attention" needs ``dim``)."""
+    if name == "attention":
+        return AttentionChunkPooling(dim)
     return ChunkPooling(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
@@ -168,7 +169,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         """
         check_texts(X)
         self._check_trainable_choices(trains=self.fine_tune != "none")
-        self._build_network()
+        self.network_ = self._build_encoder()
         self._n_features_out = self.network_.output_dim
         return self
 
@@ -186,4 +187,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         """
         check_is_fitted(self)
         first, second = check_texts(X)
-        return self._embed(first, second)
+        vectors = self._forward_all(first, second)
+        if self.normalize:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
+        return vectors

@@ -40,10 +40,12 @@ LONG_TEXT = " ".join(["the cat sat on the mat and the dog was not good ."] * 12)
 def _write_tokenizer(directory: Path):
     from transformers import BertTokenizer
 
-    vocab_file = directory / "vocab.txt"
-    vocab_file.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    tokenizer = BertTokenizer(vocab_file=str(vocab_file), do_lower_case=True)
+    # transformers 5 takes the vocabulary itself (``vocab=``), not a vocab_file.
+    tokenizer = BertTokenizer(vocab={token: i for i, token in enumerate(VOCAB)})
     tokenizer.save_pretrained(directory)
+    reloaded = type(tokenizer).from_pretrained(directory)
+    ids = reloaded("the cat sat", add_special_tokens=False)["input_ids"]
+    assert ids == [VOCAB.index(w) for w in ("the", "cat", "sat")], ids
 
 
 @pytest.fixture(scope="session")

@@ -58,8 +58,8 @@ def test_chunk_pooling_handles_negative_values_with_max():
     torch.testing.assert_close(out, torch.tensor([[-1.0]]))
 
 
-def test_make_pooling_refuses_trainable_pooling():
-    with pytest.raises(ValueError, match="pooling='cnn'"):
-        make_pooling("cnn")
+def test_make_pooling_refuses_unknown_names():
+    with pytest.raises(ValueError, match="pooling='sum' is not allowed"):
+        make_pooling("sum")
     with pytest.raises(ValueError, match="mode='attention'"):
         ChunkPooling("attention")

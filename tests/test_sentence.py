@@ -259,6 +259,7 @@ def test_round_trip_is_bit_identical(tiny_model, tmp_path, dump):
         loaded = joblib.load(tmp_path / "est.joblib")
     np.testing.assert_array_equal(loaded.transform(TEXTS), before)
     assert next(loaded.network_.parameters()).device.type == "cpu"
+    np.testing.assert_array_equal(est.transform(TEXTS), before)  # the original still works
 
 
 def test_clone_gives_same_output(tiny_bert):

@@ -1,0 +1,424 @@
+"""BertTextClassifier: fine-tune a BERT-family encoder for text classification."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted, check_random_state
+
+from ._backbone import DEFAULT_MODEL
+from ._base import BertEstimatorBase
+from ._validation import check_texts
+
+__all__ = ["BertTextClassifier"]
+
+
+def _check_labels(y, n_samples):
+    """Return ``(y as array, multilabel?)`` with clear errors for NaN / wrong length / 1 class."""
+    if y is None:
+        raise ValueError("y is required: BertTextClassifier learns from labelled texts.")
+    y = np.asarray(y, dtype=object if np.asarray(y).dtype.kind in "OUS" else None)
+    if y.shape[0] != n_samples:
+        raise ValueError(f"X has {n_samples} samples but y has {y.shape[0]}.")
+    flat = y.ravel()
+    for i, value in enumerate(flat):
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            pos = ", ".join(str(int(p)) for p in np.unravel_index(i, y.shape))
+            raise ValueError(f"y[{pos}] is missing ({value!r}); every sample needs a label.")
+    if y.ndim == 2 and y.shape[1] > 1:
+        if type_of_target(y) != "multilabel-indicator":
+            raise ValueError(
+                "a 2-D y must be a binary indicator matrix (multi-label: one column per "
+                "label, values 0/1)."
+            )
+        return y.astype(np.float32), True
+    y = y.ravel()
+    if type_of_target(y) == "continuous":
+        raise ValueError(
+            "y holds continuous values; BertTextClassifier needs class labels (use "
+            "BertSentenceTransformer + a regressor for scores)."
+        )
+    if len(np.unique(y)) < 2:
+        raise ValueError(
+            f"y has a single class ({np.unique(y)[0]!r}); a classifier needs at least 2."
+        )
+    return y, False
+
+
+class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
+    """Fine-tune a BERT-family encoder for text classification, with Sun et al.'s knobs.
+
+    Sun et al. (2019) found what matters when fine-tuning BERT for classification: how long
+    texts are cut (head, tail, head+tail, hierarchical chunks), which layer is read, and
+    layer-wise learning-rate decay. Each is a parameter here, so ``GridSearchCV`` can choose.
+
+    Parameters
+    ----------
+    model : str, default="sentence-transformers/all-MiniLM-L6-v2"
+        A Hugging Face hub id or local directory (see :class:`BertSentenceTransformer`).
+    pooling : {"cls", "mean", "max", "cnn"}, default="mean"
+        How the token states become the vector the head reads. ``"cnn"`` is a mask-aware CNN
+        over the token states (``cnn_kernel_sizes``, ``cnn_channels``), max over time.
+    layer, layer_combine : see :class:`BertSentenceTransformer`
+    truncation : {"head", "tail", "head+tail", "chunks"}, default="head"
+    max_length, head_length, max_chunks : see :class:`BertSentenceTransformer`
+    chunk_pooling : {"mean", "max", "attention"}, default="mean"
+        With ``truncation="chunks"``: how chunk vectors are combined; ``"attention"`` learns
+        a weight per chunk (Sun et al.'s hierarchical self-attention).
+    cnn_kernel_sizes : tuple of int, default=(1, 3, 5)
+    cnn_channels : int, default=128
+    fine_tune : {"full", "head"}, default="full"
+        ``"full"`` trains the encoder with the head; ``"head"`` trains only the pooling and
+        head on a frozen encoder.
+    learning_rate : float, default=5e-5
+        Rate of the encoder's top layer (AdamW).
+    layer_lr_decay : float, default=1.0
+        Layer-wise decay xi: layer k of L gets ``learning_rate * xi**(L - k)``, the
+        embeddings ``learning_rate * xi**L`` (Sun et al.: 0.95). See
+        :func:`skbert.optim.layerwise_param_groups` for what it means for ALBERT's shared
+        layers.
+    head_learning_rate : float or None, default=1e-3
+        Rate of the new weights (pooling, head); None means ``learning_rate``.
+    weight_decay : float, default=0.01
+        AdamW weight decay; never applied to biases and LayerNorm weights.
+    warmup_fraction : float, default=0.1
+        Share of the steps with linear warm-up; the rate then decays linearly to 0.
+    dropout : float, default=0.1
+        Dropout before the head.
+    max_epochs : int, default=3
+    batch_size : int, default=32
+    early_stopping : bool, default=False
+        Hold out ``validation_fraction`` of the data (stratified), score accuracy after each
+        epoch, stop after ``n_iter_no_change`` epochs without improvement and keep the best
+        epoch's weights.
+    validation_fraction : float, default=0.1
+    n_iter_no_change : int, default=2
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes in the loss (single-label only).
+    random_state : int or None, default=None
+        Seeds the head's initialisation, dropout, batch order and validation split; on the CPU
+        the same seed gives the same model bit for bit. None draws a seed.
+    warm_start : bool, default=False
+        Continue training the fitted model on the next ``fit`` instead of starting anew.
+    device, precision, verbose : see :class:`BertSentenceTransformer`
+        ``precision="bf16"`` trains under bf16 autocast; ``verbose`` shows the loss.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+        Class labels (for multi-label: ``0 ... n_labels - 1``).
+    loss_curve_ : list of float
+        Mean training loss per epoch.
+    validation_scores_ : list of float or None
+        Validation accuracy per epoch with ``early_stopping``, else None.
+    best_validation_score_ : float or None
+    n_iter_ : int
+        Epochs run (in the last ``fit``).
+    network_, tokenizer_, max_length_, layers_ : see :class:`BertSentenceTransformer`
+
+    Notes
+    -----
+    y may be a 1-D array of labels of any type (strings, ints), or a 2-D binary indicator
+    matrix for multi-label classification (sigmoid outputs, ``predict_proba`` per label).
+    X may hold sentence pairs (2 columns), encoded together.
+
+    References
+    ----------
+    Sun, C., Qiu, X., Xu, Y., Huang, X. (2019). How to fine-tune BERT for text
+    classification? CCL 2019.
+
+    Examples
+    --------
+    >>> from skbert import BertTextClassifier
+    >>> clf = BertTextClassifier(max_length=64, max_epochs=2, random_state=0)
+    >>> clf.fit(train_texts, train_labels).predict(["what a lovely surprise"])  # doctest: +SKIP
+    """
+
+    _parameter_constraints: dict = {
+        **BertEstimatorBase._parameter_constraints,
+        "cnn_kernel_sizes": [tuple, list],
+        "cnn_channels": [Interval(Integral, 1, None, closed="left")],
+        "fine_tune": [StrOptions({"full", "head"})],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "layer_lr_decay": [Interval(Real, 0, 1, closed="right")],
+        "head_learning_rate": [Interval(Real, 0, None, closed="neither"), None],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
+        "dropout": [Interval(Real, 0, 1, closed="left")],
+        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+        "random_state": ["random_state"],
+        "warm_start": ["boolean"],
+    }
+
+    def __init__(
+        self,
+        model=DEFAULT_MODEL,
+        *,
+        pooling="mean",
+        layer=-1,
+        layer_combine="concat",
+        truncation="head",
+        max_length=None,
+        head_length=128,
+        chunk_pooling="mean",
+        max_chunks=None,
+        cnn_kernel_sizes=(1, 3, 5),
+        cnn_channels=128,
+        fine_tune="full",
+        learning_rate=5e-5,
+        layer_lr_decay=1.0,
+        head_learning_rate=1e-3,
+        weight_decay=0.01,
+        warmup_fraction=0.1,
+        dropout=0.1,
+        max_epochs=3,
+        batch_size=32,
+        early_stopping=False,
+        validation_fraction=0.1,
+        n_iter_no_change=2,
+        class_weight=None,
+        random_state=None,
+        warm_start=False,
+        device="auto",
+        precision="auto",
+        verbose=0,
+    ):
+        self.model = model
+        self.pooling = pooling
+        self.layer = layer
+        self.layer_combine = layer_combine
+        self.truncation = truncation
+        self.max_length = max_length
+        self.head_length = head_length
+        self.chunk_pooling = chunk_pooling
+        self.max_chunks = max_chunks
+        self.cnn_kernel_sizes = cnn_kernel_sizes
+        self.cnn_channels = cnn_channels
+        self.fine_tune = fine_tune
+        self.learning_rate = learning_rate
+        self.layer_lr_decay = layer_lr_decay
+        self.head_learning_rate = head_learning_rate
+        self.weight_decay = weight_decay
+        self.warmup_fraction = warmup_fraction
+        self.dropout = dropout
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.device = device
+        self.precision = precision
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ fit
+    def _targets(self, y, multilabel):
+        """Encode y for the loss; sets ``classes_`` (or checks it with warm_start)."""
+        if multilabel:
+            classes = np.arange(y.shape[1])
+            encoded = y
+        else:
+            encoder = LabelEncoder().fit(y)
+            classes = encoder.classes_
+        if self._continuing():
+            same = len(classes) == len(self.classes_) and np.all(classes == self.classes_)
+            if multilabel != self.multilabel_ or not same:
+                raise ValueError(
+                    f"warm_start=True but y's labels {list(classes)} differ from the fitted "
+                    f"classes_ {list(self.classes_)}; fit with warm_start=False to start anew."
+                )
+        if not multilabel:
+            encoded = np.searchsorted(classes, y).astype(np.int64)
+        self.classes_ = classes
+        self.multilabel_ = multilabel
+        return encoded
+
+    def _continuing(self) -> bool:
+        return self.warm_start and hasattr(self, "network_")
+
+    def _loss_weights(self, y_encoded, multilabel):
+        if multilabel or self.class_weight is None:
+            return None
+        present = np.arange(len(self.classes_))
+        if self.class_weight == "balanced":
+            return compute_class_weight("balanced", classes=present, y=y_encoded)
+        unknown = set(self.class_weight) - set(self.classes_.tolist())
+        if unknown:
+            raise ValueError(
+                f"class_weight has labels {sorted(unknown, key=str)} that are not in y; "
+                f"classes are {list(self.classes_)}."
+            )
+        return np.array([self.class_weight.get(c, 1.0) for c in self.classes_.tolist()])
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Fine-tune the encoder and the head on labelled texts.
+
+        Parameters
+        ----------
+        X : 1-D array-like of str, or array-like of shape (n_samples, 2)
+            Texts or sentence pairs.
+        y : array-like of shape (n_samples,) or (n_samples, n_labels)
+            Class labels, or a binary indicator matrix for multi-label.
+
+        Returns
+        -------
+        self : BertTextClassifier
+        """
+        import torch
+
+        from ._network import TaskNetwork
+        from ._training import TrainingConfig, length_grouped_batches, train
+
+        first, second = check_texts(X)
+        y, multilabel = _check_labels(y, len(first))
+        targets = self._targets(y, multilabel)
+        seed = int(check_random_state(self.random_state).randint(2**31 - 1))
+
+        if not self._continuing():
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                encoder = self._build_encoder()
+                self.network_ = TaskNetwork(
+                    encoder,
+                    n_outputs=len(self.classes_),
+                    dropout=self.dropout,
+                )
+        train_idx, val_idx = np.arange(len(first)), None
+        if self.early_stopping:
+            train_idx, val_idx = train_test_split(
+                train_idx,
+                test_size=self.validation_fraction,
+                stratify=None if multilabel else targets,
+                random_state=seed,
+            )
+        device, dtype = self._device_and_dtype()
+        encoded = self._encode(first, second)
+        lengths = [sum(len(r[0]) for r in rows) for rows in encoded.rows]
+        target_tensor = torch.as_tensor(targets)
+        weights = self._loss_weights(targets, multilabel)
+        if multilabel:
+            criterion = torch.nn.BCEWithLogitsLoss()
+        else:
+            criterion = torch.nn.CrossEntropyLoss(
+                weight=None if weights is None else torch.as_tensor(weights, dtype=torch.float32)
+            )
+        criterion.to(device)
+
+        def make_batches(rng):
+            return length_grouped_batches([lengths[i] for i in train_idx], self.batch_size, rng)
+
+        def loss_fn(network, batch):
+            indices = train_idx[batch]
+            logits = network(**self._batch_tensors(encoded, indices, device))
+            return criterion(logits.float(), target_tensor[indices].to(device))
+
+        validate = None
+        if val_idx is not None:
+
+            def validate():
+                import torch as _torch
+
+                with _torch.inference_mode():
+                    scores = self._scores_for(encoded, val_idx, device, dtype)
+                predicted = self._decide(scores)
+                truth = targets[val_idx]
+                if multilabel:
+                    return float(np.mean(np.all(predicted == truth, axis=1)))
+                return float(np.mean(predicted == truth))
+
+        config = TrainingConfig(
+            max_epochs=self.max_epochs,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            layer_lr_decay=self.layer_lr_decay,
+            head_learning_rate=self.head_learning_rate,
+            weight_decay=self.weight_decay,
+            warmup_fraction=self.warmup_fraction,
+            train_backbone=self.fine_tune == "full",
+            early_stopping=self.early_stopping,
+            n_iter_no_change=self.n_iter_no_change,
+            verbose=self.verbose,
+            device=device,
+            dtype=dtype,
+        )
+        history = train(self.network_, loss_fn, make_batches, config, validate=validate,
+                        seed=seed, desc="Fine-tuning")  # fmt: skip
+        self.loss_curve_ = history.loss_curve
+        self.validation_scores_ = history.validation_scores if self.early_stopping else None
+        self.best_validation_score_ = (
+            max(history.validation_scores) if history.validation_scores else None
+        )
+        self.n_iter_ = history.n_iter
+        return self
+
+    # ------------------------------------------------------------------ predict
+    def _scores_for(self, encoded, indices, device, dtype):
+        """Logits (float32 numpy) for the texts ``indices`` of ``encoded``."""
+
+        from ._encoding import Encoded, length_batches
+        from ._runtime import autocast
+
+        subset = Encoded([encoded.rows[i] for i in indices], 0)
+        out = np.empty((len(subset), self.network_.output_dim), dtype=np.float32)
+        with autocast(device, dtype):
+            for batch in length_batches(subset, self.batch_size):
+                logits = self.network_(**self._batch_tensors(subset, batch, device))
+                out[batch] = logits.float().cpu().numpy()
+        return out
+
+    def _decide(self, logits):
+        """Encoded predictions from logits: label indices, or a 0/1 matrix for multi-label."""
+        if self.multilabel_:
+            return (logits > 0).astype(np.int64)
+        return logits.argmax(axis=1)
+
+    def _logits(self, X):
+        check_is_fitted(self)
+        first, second = check_texts(X)
+        return self._forward_all(first, second, desc="Predicting")
+
+    def decision_function(self, X):
+        """Logits: ``(n_samples,)`` for two classes (positive minus negative), else
+        ``(n_samples, n_classes)`` (or ``n_labels`` for multi-label)."""
+        logits = self._logits(X)
+        if not self.multilabel_ and logits.shape[1] == 2:
+            return logits[:, 1] - logits[:, 0]
+        return logits
+
+    def predict_proba(self, X):
+        """Class probabilities (softmax), or per-label probabilities (sigmoid) for multi-label.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes) or (n_samples, n_labels)
+        """
+        logits = self._logits(X).astype(np.float64)
+        if self.multilabel_:
+            return 1.0 / (1.0 + np.exp(-logits))
+        logits -= logits.max(axis=1, keepdims=True)
+        proba = np.exp(logits)
+        return proba / proba.sum(axis=1, keepdims=True)
+
+    def predict(self, X):
+        """Predicted labels (from ``classes_``), or a 0/1 matrix for multi-label."""
+        decided = self._decide(self._logits(X))
+        return decided if self.multilabel_ else self.classes_[decided]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_label = True
+        return tags

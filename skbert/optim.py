@@ -1,0 +1,131 @@
+"""Layer-wise learning-rate decay (Sun et al. 2019) as a pure function over named parameters.
+
+Layer ``k`` of ``L`` gets ``learning_rate * layer_lr_decay ** (L - k)``; the embeddings count
+as layer 0 and so get the lowest rate; weights that skbert adds on top of the encoder (pooling,
+task head) get ``head_learning_rate``. One-dimensional parameters (biases, LayerNorm) get no
+weight decay.
+
+How a parameter's depth is found:
+
+- BERT-style encoders (BERT, RoBERTa, ELECTRA, DeBERTa, DistilBERT, MiniLM, ...): the index in
+  ``...layer.<i>.`` (or ``layers.<i>``, ``block.<i>``, ``h.<i>``) is layer ``i + 1``; names with
+  ``embed`` are layer 0; anything else in the encoder (a pooler) counts as the top layer.
+- ALBERT shares one set of layer weights among all ``L`` layers (per group, with
+  ``num_hidden_groups`` > 1). A shared weight cannot have a per-layer rate: skbert gives each
+  group the rate of the top layer it serves (with one group, ``learning_rate``), and the
+  embeddings (and their projection ``embedding_hidden_mapping_in``) ``learning_rate * xi**L``.
+  So for ALBERT, decay slows the embeddings only (and lower groups, if there are several).
+- Any other encoder whose layers are not numbered in its parameter names: a ``UserWarning``
+  says that the decay applies to the embeddings only.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+__all__ = ["layerwise_param_groups", "parameter_depths"]
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|layers|block|blocks|h)\.(\d+)\.")
+_ALBERT_GROUP = re.compile(r"albert_layer_groups\.(\d+)\.")
+
+
+def parameter_depths(backbone) -> dict:
+    """Map each parameter name of ``backbone`` to its depth: 0 (embeddings) ... L (top layer).
+
+    Parameters
+    ----------
+    backbone : transformers.PreTrainedModel
+
+    Returns
+    -------
+    dict of str -> int
+    """
+    config = backbone.config
+    n_layers = int(config.num_hidden_layers)
+    n_groups = int(getattr(config, "num_hidden_groups", 1) or 1)
+    depths, numbered = {}, False
+    for name, _ in backbone.named_parameters():
+        group = _ALBERT_GROUP.search(name)
+        layer = _LAYER_INDEX.search(name)
+        if "embed" in name:
+            depths[name] = 0
+        elif group is not None:
+            numbered = True
+            # group g serves layers g*L/G+1 ... (g+1)*L/G: take the top one
+            depths[name] = (int(group.group(1)) + 1) * n_layers // n_groups
+        elif layer is not None:
+            numbered = True
+            depths[name] = min(int(layer.group(1)) + 1, n_layers)
+        else:
+            depths[name] = n_layers
+    if not numbered:
+        warnings.warn(
+            f"{type(backbone).__name__}: no numbered layers found in its parameter names, so "
+            "layer_lr_decay applies to the embeddings only; the other encoder weights get "
+            "learning_rate.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return depths
+
+
+def layerwise_param_groups(
+    network,
+    *,
+    learning_rate: float,
+    layer_lr_decay: float = 1.0,
+    head_learning_rate: float | None = None,
+    weight_decay: float = 0.01,
+    train_backbone: bool = True,
+) -> list:
+    """Optimizer parameter groups with layer-wise learning-rate decay.
+
+    Parameters
+    ----------
+    network : torch.nn.Module
+        A module with a ``backbone`` attribute (the Hugging Face encoder); every other
+        trainable parameter counts as head.
+    learning_rate : float
+        Rate of the top encoder layer.
+    layer_lr_decay : float, default=1.0
+        Factor xi per layer down (1.0 = no decay; Sun et al. use 0.95).
+    head_learning_rate : float or None, default=None
+        Rate of the weights outside the encoder; None means ``learning_rate``.
+    weight_decay : float, default=0.01
+        AdamW weight decay, for parameters with 2 or more dimensions only.
+    train_backbone : bool, default=True
+        If False, the encoder's parameters are left out (``fine_tune="head"``).
+
+    Returns
+    -------
+    list of dict
+        Groups for ``torch.optim.AdamW``, each with ``params``, ``lr``, ``weight_decay`` and a
+        ``name`` such as ``"layer 3"``, ``"embeddings"`` or ``"head"``, sorted from the
+        embeddings up.
+    """
+    backbone = network.backbone
+    n_layers = int(backbone.config.num_hidden_layers)
+    head_lr = learning_rate if head_learning_rate is None else head_learning_rate
+    backbone_ids = {id(p) for p in backbone.parameters()}
+    groups: dict = {}
+
+    def add(key, name, lr, param):
+        decay = weight_decay if param.ndim > 1 else 0.0
+        group = groups.setdefault(
+            (key, decay), {"params": [], "lr": lr, "weight_decay": decay, "name": name}
+        )
+        group["params"].append(param)
+
+    if train_backbone:
+        depths = parameter_depths(backbone)
+        for pname, param in backbone.named_parameters():
+            if not param.requires_grad:
+                continue
+            depth = depths[pname]
+            lr = learning_rate * layer_lr_decay ** (n_layers - depth)
+            add(depth, "embeddings" if depth == 0 else f"layer {depth}", lr, param)
+    for param in network.parameters():
+        if id(param) not in backbone_ids and param.requires_grad:
+            add(n_layers + 1, "head", head_lr, param)
+    return [groups[key] for key in sorted(groups, key=lambda k: (k[0], -k[1]))]

@@ -1,0 +1,229 @@
+"""BertTextClassifier on the tiny BERT and ALBERT fixtures."""
+
+import pickle
+
+import numpy as np
+import pytest
+from conftest import LONG_TEXT
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer
+
+from skbert import BertTextClassifier
+
+POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
+NEG = ["terrible film , hate it", "a very bad movie", "bad dog", "hate the mat", "not good"]
+X = np.array(POS + NEG, dtype=object)
+Y = np.array(["pos"] * 5 + ["neg"] * 5, dtype=object)
+
+FAST = {"learning_rate": 5e-3, "head_learning_rate": 5e-2, "batch_size": 4, "device": "cpu"}
+
+
+def make(model, **params):
+    return BertTextClassifier(model, **{**FAST, "random_state": 0, **params})
+
+
+def test_learns_a_separable_task(tiny_model):
+    clf = make(tiny_model, max_epochs=15)
+    assert clf.fit(X, Y) is clf
+    assert list(clf.classes_) == ["neg", "pos"]
+    assert clf.score(X, Y) == 1.0
+    assert clf.loss_curve_[-1] < clf.loss_curve_[0]
+    assert clf.n_iter_ == 15 and clf.validation_scores_ is None
+
+
+def test_outputs_have_sklearn_shapes(tiny_bert):
+    clf = make(tiny_bert, max_epochs=1).fit(X, Y)
+    proba = clf.predict_proba(X)
+    assert proba.shape == (10, 2) and np.allclose(proba.sum(1), 1)
+    decision = clf.decision_function(X)
+    assert decision.shape == (10,)
+    np.testing.assert_array_equal(clf.predict(X), clf.classes_[(decision > 0).astype(int)])
+
+
+def test_integer_and_multiclass_labels(tiny_bert):
+    y = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 0])
+    clf = make(tiny_bert, max_epochs=1).fit(X, y)
+    assert list(clf.classes_) == [0, 1, 2]
+    assert clf.decision_function(X).shape == (10, 3)
+    assert set(clf.predict(X)) <= {0, 1, 2}
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean", "max", "cnn"])
+def test_every_pooling_trains(tiny_model, pooling):
+    clf = make(tiny_model, pooling=pooling, max_epochs=12, cnn_channels=8).fit(X, Y)
+    assert clf.score(X, Y) >= 0.9
+
+
+def test_cnn_width_follows_its_parameters(tiny_bert):
+    clf = make(tiny_bert, pooling="cnn", cnn_kernel_sizes=(2, 3), cnn_channels=5, max_epochs=1)
+    clf.fit(X, Y)
+    assert clf.network_.encoder.output_dim == 10
+
+
+@pytest.mark.parametrize(
+    "truncation, chunk_pooling",
+    [("head", "mean"), ("tail", "mean"), ("head+tail", "mean"),
+     ("chunks", "mean"), ("chunks", "max"), ("chunks", "attention")],
+)  # fmt: skip
+def test_every_truncation_trains_on_long_texts(tiny_model, truncation, chunk_pooling):
+    long_x = np.array([LONG_TEXT + " " + x for x in X], dtype=object)
+    clf = make(tiny_model, truncation=truncation, chunk_pooling=chunk_pooling, max_length=16,
+               head_length=4, max_chunks=12, max_epochs=2)  # fmt: skip
+    clf.fit(long_x, Y)
+    assert np.isfinite(clf.loss_curve_).all()
+    assert clf.predict_proba(long_x).shape == (10, 2)
+
+
+@pytest.mark.parametrize("layer, combine", [(0, "concat"), (1, "concat"), ((-2, -1), "concat"),
+                                            ((-2, -1), "mean"), ((-2, -1), "max")])  # fmt: skip
+def test_layers(tiny_bert, layer, combine):
+    clf = make(tiny_bert, layer=layer, layer_combine=combine, max_epochs=1).fit(X, Y)
+    width = 32 if isinstance(layer, tuple) and combine == "concat" else 16
+    assert clf.network_.head.in_features == width
+
+
+def test_fine_tune_head_keeps_the_encoder_frozen(tiny_model):
+    clf = make(tiny_model, max_epochs=1, fine_tune="head")
+    before = {
+        k: v.clone() for k, v in make(tiny_model)._build_encoder().backbone.state_dict().items()
+    }  # noqa: E501
+    clf.fit(X, Y)
+    after = clf.network_.backbone.state_dict()
+    assert all(np.array_equal(before[k].numpy(), after[k].numpy()) for k in before)
+    full = make(tiny_model, max_epochs=1, fine_tune="full").fit(X, Y)
+    changed = full.network_.backbone.state_dict()
+    assert any(not np.array_equal(before[k].numpy(), changed[k].numpy()) for k in before)
+
+
+def test_layer_lr_decay_changes_training(tiny_bert):
+    plain = make(tiny_bert, max_epochs=2).fit(X, Y).predict_proba(X)
+    decayed = make(tiny_bert, max_epochs=2, layer_lr_decay=0.5).fit(X, Y).predict_proba(X)
+    assert not np.allclose(plain, decayed)
+
+
+def test_same_seed_same_model_bit_for_bit(tiny_model):
+    a = make(tiny_model, max_epochs=2, random_state=3).fit(X, Y).predict_proba(X)
+    b = make(tiny_model, max_epochs=2, random_state=3).fit(X, Y).predict_proba(X)
+    c = make(tiny_model, max_epochs=2, random_state=4).fit(X, Y).predict_proba(X)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_fit_does_not_touch_global_torch_rng(tiny_bert):
+    import torch
+
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    torch.manual_seed(123)
+    make(tiny_bert, max_epochs=1).fit(X, Y)
+    assert torch.rand(1) == expected
+
+
+def test_early_stopping_restores_the_best_epoch(tiny_bert):
+    clf = make(tiny_bert, max_epochs=8, early_stopping=True, validation_fraction=0.4,
+               n_iter_no_change=2)  # fmt: skip
+    clf.fit(X, Y)
+    assert len(clf.validation_scores_) == clf.n_iter_ <= 8
+    assert clf.best_validation_score_ == max(clf.validation_scores_)
+    stale = clf.n_iter_ - 1 - int(np.argmax(clf.validation_scores_))
+    assert stale <= 2
+
+
+def test_class_weight(tiny_bert):
+    y = np.array(["pos"] * 8 + ["neg"] * 2, dtype=object)
+    plain = make(tiny_bert, max_epochs=2).fit(X, y)
+    balanced = make(tiny_bert, max_epochs=2, class_weight="balanced").fit(X, y)
+    assert balanced.predict_proba(X)[:, 0].mean() > plain.predict_proba(X)[:, 0].mean()
+    dict_weighted = make(tiny_bert, max_epochs=2, class_weight={"neg": 4.0}).fit(X, y)
+    assert dict_weighted.predict_proba(X)[:, 0].mean() > plain.predict_proba(X)[:, 0].mean()
+    with pytest.raises(ValueError, match="class_weight has labels \\['neutral'\\]"):
+        make(tiny_bert, class_weight={"neutral": 2.0}).fit(X, y)
+
+
+def test_multilabel(tiny_model):
+    y = np.array([[1, 0], [1, 1], [1, 0], [1, 1], [1, 0], [0, 0], [0, 1], [0, 0], [0, 1], [0, 0]])
+    clf = make(tiny_model, max_epochs=15).fit(X, y)
+    assert list(clf.classes_) == [0, 1]
+    proba = clf.predict_proba(X)
+    assert proba.shape == (10, 2) and ((proba >= 0) & (proba <= 1)).all()
+    assert clf.predict(X).shape == (10, 2)
+    assert (clf.predict(X)[:, 0] == y[:, 0]).mean() >= 0.9
+
+
+def test_sentence_pairs(tiny_model):
+    pairs = np.array([[a, b] for a, b in zip(POS + NEG, NEG + POS, strict=True)], dtype=object)
+    clf = make(tiny_model, max_epochs=2).fit(pairs, Y)
+    assert clf.predict(pairs).shape == (10,)
+    with pytest.raises(ValueError, match="2 columns"):
+        clf.predict(np.array([["a", "b", "c"]], dtype=object))
+
+
+def test_warm_start_continues_training(tiny_bert):
+    clf = make(tiny_bert, max_epochs=1, warm_start=True).fit(X, Y)
+    network = clf.network_
+    first = clf.predict_proba(X)
+    clf.fit(X, Y)
+    assert clf.network_ is network and not np.array_equal(first, clf.predict_proba(X))
+    with pytest.raises(ValueError, match="warm_start=True but y's labels"):
+        clf.fit(X, np.where(Y == "pos", "good", "bad"))
+    cold = make(tiny_bert, max_epochs=1).fit(X, Y)
+    cold_network = cold.network_
+    cold.fit(X, Y)
+    assert cold.network_ is not cold_network
+
+
+@pytest.mark.parametrize(
+    "y, match",
+    [
+        (["pos"] * 10, "single class"),
+        (["pos"] * 9 + [None], r"y\[9\] is missing"),
+        ([1.0] * 9 + [float("nan")], r"y\[9\] is missing"),
+        (np.linspace(0, 1, 10), "continuous"),
+        (["pos"] * 9, "X has 10 samples but y has 9"),
+    ],
+)
+def test_bad_labels(tiny_bert, y, match):
+    with pytest.raises(ValueError, match=match):
+        make(tiny_bert).fit(X, y)
+
+
+def test_predict_before_fit():
+    with pytest.raises(NotFittedError):
+        BertTextClassifier().predict(["a"])
+
+
+def test_bf16_training_runs(tiny_bert):
+    clf = make(tiny_bert, max_epochs=2, precision="bf16").fit(X, Y)
+    assert np.isfinite(clf.loss_curve_).all()
+    assert clf.predict_proba(X).dtype == np.float64
+
+
+def test_verbose_shows_loss(tiny_bert, capsys):
+    make(tiny_bert, max_epochs=1, verbose=1).fit(X, Y)
+    err = capsys.readouterr().err
+    assert "Fine-tuning epoch 1/1" in err and "loss=" in err
+
+
+def test_pickle_round_trip(tiny_model):
+    clf = make(tiny_model, max_epochs=1, pooling="cnn", cnn_channels=4).fit(X, Y)
+    loaded = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(loaded.predict_proba(X), clf.predict_proba(X))
+    np.testing.assert_array_equal(clone(clf).fit(X, Y).predict_proba(X), clf.predict_proba(X))
+
+
+def test_pipeline_grid_search_over_pooling_and_truncation(tiny_bert):
+    pipe = make_pipeline(FunctionTransformer(lambda x: x), make(tiny_bert, max_epochs=1,
+                                                                 max_length=12))  # fmt: skip
+    grid = GridSearchCV(
+        pipe,
+        {"berttextclassifier__pooling": ["cls", "cnn"],
+         "berttextclassifier__truncation": ["head", "chunks"]},
+        cv=2,
+        error_score="raise",
+    )  # fmt: skip
+    grid.fit(X, Y)
+    assert len(grid.cv_results_["params"]) == 4
+    assert np.isfinite(grid.cv_results_["mean_test_score"]).all()

@@ -1,0 +1,102 @@
+"""Layer-wise learning-rate decay: the rates of the parameter groups, without training."""
+
+import pytest
+import torch
+from torch import nn
+
+from skbert import layerwise_param_groups
+from skbert._backbone import load_backbone
+from skbert.optim import parameter_depths
+
+
+class Wrapper(nn.Module):
+    def __init__(self, backbone):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(backbone.config.hidden_size, 3)
+
+
+def rates_by_name(groups):
+    return {(g["name"], g["weight_decay"] > 0): g["lr"] for g in groups}
+
+
+def test_bert_layers_get_decayed_rates(tiny_bert):
+    _, backbone = load_backbone(tiny_bert)
+    groups = layerwise_param_groups(
+        Wrapper(backbone), learning_rate=1e-3, layer_lr_decay=0.5, head_learning_rate=0.1
+    )
+    rates = rates_by_name(groups)
+    assert rates[("embeddings", True)] == pytest.approx(1e-3 * 0.25)
+    assert rates[("layer 1", True)] == pytest.approx(1e-3 * 0.5)
+    assert rates[("layer 2", True)] == pytest.approx(1e-3)
+    assert rates[("head", True)] == pytest.approx(0.1)
+    assert [g["name"] for g in groups][0] == "embeddings"
+
+
+def test_every_parameter_is_in_exactly_one_group(tiny_model):
+    _, backbone = load_backbone(tiny_model)
+    network = Wrapper(backbone)
+    groups = layerwise_param_groups(network, learning_rate=1e-3, layer_lr_decay=0.9)
+    grouped = [id(p) for g in groups for p in g["params"]]
+    assert sorted(grouped) == sorted(id(p) for p in network.parameters())
+
+
+def test_no_weight_decay_on_biases_and_layernorm(tiny_bert):
+    _, backbone = load_backbone(tiny_bert)
+    groups = layerwise_param_groups(Wrapper(backbone), learning_rate=1e-3, weight_decay=0.1)
+    for group in groups:
+        dims = {p.ndim for p in group["params"]}
+        assert (group["weight_decay"] == 0.0) == (dims == {1})
+    names = {n for n, p in backbone.named_parameters() if p.ndim == 1}
+    assert any("LayerNorm" in n for n in names)
+
+
+def test_bert_depths_follow_layer_numbers(tiny_bert):
+    _, backbone = load_backbone(tiny_bert)
+    depths = parameter_depths(backbone)
+    assert depths["embeddings.word_embeddings.weight"] == 0
+    assert depths["encoder.layer.0.attention.self.query.weight"] == 1
+    assert depths["encoder.layer.1.output.dense.weight"] == 2
+    assert depths["pooler.dense.weight"] == 2
+
+
+def test_albert_shared_layer_gets_top_rate_and_embeddings_decay(tiny_albert):
+    _, backbone = load_backbone(tiny_albert)
+    depths = parameter_depths(backbone)
+    assert depths["embeddings.word_embeddings.weight"] == 0
+    assert depths["encoder.embedding_hidden_mapping_in.weight"] == 0
+    shared = [n for n in depths if "albert_layer_groups" in n]
+    assert shared and all(depths[n] == 2 for n in shared)
+    rates = rates_by_name(
+        layerwise_param_groups(Wrapper(backbone), learning_rate=1.0, layer_lr_decay=0.5)
+    )
+    assert rates[("embeddings", True)] == pytest.approx(0.25)
+    assert rates[("layer 2", True)] == pytest.approx(1.0)
+
+
+def test_unnumbered_encoder_warns_instead_of_ignoring():
+    class Config:
+        num_hidden_layers = 3
+
+    class Opaque(nn.Module):
+        config = Config()
+
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(5, 4)
+            self.mixer = nn.Linear(4, 4)
+
+    with pytest.warns(UserWarning, match="embeddings only"):
+        depths = parameter_depths(Opaque())
+    assert depths == {"embed_tokens.weight": 0, "mixer.weight": 3, "mixer.bias": 3}
+
+
+def test_head_only_leaves_the_encoder_out(tiny_bert):
+    _, backbone = load_backbone(tiny_bert)
+    network = Wrapper(backbone)
+    groups = layerwise_param_groups(network, learning_rate=1e-3, train_backbone=False)
+    assert {g["name"] for g in groups} == {"head"}
+    assert sum(p.numel() for g in groups for p in g["params"]) == sum(
+        p.numel() for p in network.head.parameters()
+    )
+    assert isinstance(groups[0]["params"][0], torch.nn.Parameter)
