@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 from sklearn.utils import Bunch
 
-__all__ = ["get_data_home", "load_stsb", "load_demo_sentiment"]
+__all__ = [
+    "get_data_home",
+    "load_stsb",
+    "load_sst2",
+    "load_imdb_sample",
+    "load_demo_sentiment",
+]
 
 _STSB_FILES = {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test.csv"}
 
@@ -77,6 +83,83 @@ def load_stsb(split="test", *, data_home=None, return_X_y=False):
     if return_X_y:
         return data, target
     return Bunch(data=data, target=target, genre=np.asarray(genres, dtype=object))
+
+
+def load_sst2(split="train", *, data_home=None, return_X_y=False):
+    """Load SST-2 binary sentiment (GLUE train / dev, labelled test; SentEval's copy).
+
+    Parameters
+    ----------
+    split : {"train", "dev", "test"}, default="train"
+        67,349 / 872 / 1,821 sentences.
+    data_home : str or path-like, default=None
+        Folder holding ``sst2-senteval/sentiment-{split}``; see :func:`get_data_home`.
+    return_X_y : bool, default=False
+
+    Returns
+    -------
+    Bunch with ``data`` (object array of lower-cased, tokenised sentences) and ``target``
+    (0 = negative, 1 = positive); or ``(data, target)``.
+    """
+    _check_split(split, {"train", "dev", "test"})
+    path = _require(
+        get_data_home(data_home) / "sst2-senteval" / f"sentiment-{split}",
+        "load_sst2",
+        "SentEval's SST-2 (data/downstream/SST/binary)",
+    )
+    sentences, labels = [], []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            sentence, _, label = line.rstrip("\n").rpartition("\t")
+            sentences.append(sentence.strip())
+            labels.append(int(label))
+    data = np.asarray(sentences, dtype=object)
+    target = np.asarray(labels, dtype=np.int64)
+    if return_X_y:
+        return data, target
+    return Bunch(data=data, target=target, target_names=np.asarray(["negative", "positive"]))
+
+
+def load_imdb_sample(split="train", *, data_home=None, return_X_y=False, clean_html=True):
+    """Load the 1,000-review IMDb sample (Maas et al. 2011): long movie reviews, 2 classes.
+
+    Parameters
+    ----------
+    split : {"train", "valid"}, default="train"
+        800 / 200 reviews (the ``is_valid`` column).
+    data_home : str or path-like, default=None
+        Folder holding ``imdb-sample/texts.csv``; see :func:`get_data_home`.
+    return_X_y : bool, default=False
+    clean_html : bool, default=True
+        Replace the ``<br />`` tags of the reviews with spaces.
+
+    Returns
+    -------
+    Bunch with ``data`` (object array of reviews) and ``target`` ("negative" / "positive");
+    or ``(data, target)``.
+    """
+    _check_split(split, {"train", "valid"})
+    path = _require(
+        get_data_home(data_home) / "imdb-sample" / "texts.csv",
+        "load_imdb_sample",
+        "the IMDb sample (texts.csv: label,text,is_valid)",
+    )
+    want = "True" if split == "valid" else "False"
+    texts, labels = [], []
+    with open(path, encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["is_valid"] != want:
+                continue
+            text = row["text"]
+            if clean_html:
+                text = " ".join(text.replace("<br />", " ").split())
+            texts.append(text)
+            labels.append(row["label"])
+    data = np.asarray(texts, dtype=object)
+    target = np.asarray(labels, dtype=object)
+    if return_X_y:
+        return data, target
+    return Bunch(data=data, target=target)
 
 
 def load_demo_sentiment(*, return_X_y=False):
