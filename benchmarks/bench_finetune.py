@@ -59,9 +59,14 @@ def run_skbert(X, y, epochs, seed=0):
     from skbert import BertTextClassifier
 
     clf = BertTextClassifier(
-        model_path(), max_length=MAX_LENGTH, batch_size=BATCH, max_epochs=epochs,
-        device="cpu", precision="fp32", random_state=seed,
-    )  # fmt: skip
+        model_path(),
+        max_length=MAX_LENGTH,
+        batch_size=BATCH,
+        max_epochs=epochs,
+        device="cpu",
+        precision="fp32",
+        random_state=seed,
+    )
     start = time.perf_counter()
     clf.fit(X, y)
     return len(X) * epochs / (time.perf_counter() - start), clf.predict
@@ -93,15 +98,27 @@ def run_trainer(X, y, epochs, learning_rate, seed=0):
     steps = epochs * int(np.ceil(len(X) / BATCH))
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(
-            output_dir=out, per_device_train_batch_size=BATCH, num_train_epochs=epochs,
-            learning_rate=learning_rate, weight_decay=0.01, warmup_steps=int(0.1 * steps),
-            max_grad_norm=1.0, save_strategy="no", report_to="none", use_cpu=True, seed=seed,
-            logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-        )  # fmt: skip
+            output_dir=out,
+            per_device_train_batch_size=BATCH,
+            num_train_epochs=epochs,
+            learning_rate=learning_rate,
+            weight_decay=0.01,
+            warmup_steps=int(0.1 * steps),
+            max_grad_norm=1.0,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            seed=seed,
+            logging_strategy="no",
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
         trainer = Trainer(
-            model=model, args=args, train_dataset=dataset,
+            model=model,
+            args=args,
+            train_dataset=dataset,
             data_collator=DataCollatorWithPadding(tokenizer),
-        )  # fmt: skip
+        )
         trainer.train()
     seconds = time.perf_counter() - start
     model.eval()
@@ -110,8 +127,13 @@ def run_trainer(X, y, epochs, learning_rate, seed=0):
         out = []
         with torch.inference_mode():
             for i in range(0, len(texts), 64):
-                batch = tokenizer(list(texts[i : i + 64]), truncation=True,
-                                  max_length=MAX_LENGTH, padding=True, return_tensors="pt")  # fmt: skip
+                batch = tokenizer(
+                    list(texts[i : i + 64]),
+                    truncation=True,
+                    max_length=MAX_LENGTH,
+                    padding=True,
+                    return_tensors="pt",
+                )
                 out.append(model(**batch).logits.argmax(-1).numpy())
         return np.concatenate(out)
 
@@ -138,20 +160,32 @@ def main():
     from skbert import BertTextClassifier
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-home", default=os.environ.get("SKBERT_DATA")
-                        or str(REPO_ROOT.parent / "shared" / "data"))  # fmt: skip
+    parser.add_argument(
+        "--data-home",
+        default=os.environ.get("SKBERT_DATA") or str(REPO_ROOT.parent / "shared" / "data"),
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-quality", action="store_true")
     args = parser.parse_args()
 
     X, y, X_dev, y_dev = load_data(args.data_home)
     defaults = BertTextClassifier().get_params()
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), platform.processor())  # fmt: skip
-    print(f"machine: {cpu}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-          f"transformers {transformers.__version__}")  # fmt: skip
-    print(f"workload: {N_TRAIN} SST-2 train sentences, max_length {MAX_LENGTH}, batch {BATCH}, "
-          f"lr {defaults['learning_rate']}, all-MiniLM-L6-v2, fp32 CPU")  # fmt: skip
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in open("/proc/cpuinfo")
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    print(
+        f"machine: {cpu}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"transformers {transformers.__version__}"
+    )
+    print(
+        f"workload: {N_TRAIN} SST-2 train sentences, max_length {MAX_LENGTH}, batch {BATCH}, "
+        f"lr {defaults['learning_rate']}, all-MiniLM-L6-v2, fp32 CPU"
+    )
 
     run_trainer(X[:64], y[:64], 1, defaults["learning_rate"])  # warm-up
     run_skbert(X[:64], y[:64], 1)
@@ -161,10 +195,14 @@ def main():
         speeds["skbert"].append(run_skbert(X, y, 1)[0])
     med = {k: statistics.median(v) for k, v in speeds.items()}
     ratio = med["skbert"] / med["Trainer"]
-    print("\nthroughput, one epoch (sentences/s; median of "
-          f"{args.rounds}): " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()))  # fmt: skip
-    print(f"ratio skbert / Trainer: {ratio:.2f}x  "
-          f"[{'PASS' if ratio >= SPEED_BAR else 'FAIL'}: bar {SPEED_BAR}x]")  # fmt: skip
+    print(
+        "\nthroughput, one epoch (sentences/s; median of "
+        f"{args.rounds}): " + ", ".join(f"{k} {v:.1f}" for k, v in med.items())
+    )
+    print(
+        f"ratio skbert / Trainer: {ratio:.2f}x  "
+        f"[{'PASS' if ratio >= SPEED_BAR else 'FAIL'}: bar {SPEED_BAR}x]"
+    )
     if args.skip_quality:
         return
     epochs = defaults["max_epochs"]
@@ -173,9 +211,11 @@ def main():
     acc_ours = float(np.mean(ours(X_dev) == y_dev))
     acc_theirs = float(np.mean(theirs(X_dev) == y_dev))
     acc_frozen = frozen_baseline(X, y, X_dev, y_dev)
-    print(f"\nSST-2 dev accuracy ({epochs} epochs, lr {defaults['learning_rate']}): "
-          f"skbert {acc_ours:.3f}, Trainer {acc_theirs:.3f}, "
-          f"frozen mean + LogisticRegression {acc_frozen:.3f}")  # fmt: skip
+    print(
+        f"\nSST-2 dev accuracy ({epochs} epochs, lr {defaults['learning_rate']}): "
+        f"skbert {acc_ours:.3f}, Trainer {acc_theirs:.3f}, "
+        f"frozen mean + LogisticRegression {acc_frozen:.3f}"
+    )
     ok = acc_ours > acc_frozen and acc_ours >= acc_theirs
     print(f"[{'PASS' if ok else 'FAIL'}: skbert must beat the frozen baseline and match Trainer]")
 

@@ -49,5 +49,7 @@ for group in layerwise_param_groups(
     clf.network_, learning_rate=5e-5, layer_lr_decay=0.95, head_learning_rate=1e-3
 ):
     n = sum(p.numel() for p in group["params"])
-    print(f"  {group['name']:<11} weight decay {group['weight_decay']:<5} lr {group['lr']:.3e}"
-          f"  ({n:,} weights)")  # fmt: skip
+    print(
+        f"  {group['name']:<11} weight decay {group['weight_decay']:<5} lr {group['lr']:.3e}"
+        f"  ({n:,} weights)"
+    )
