@@ -8,9 +8,9 @@ Pipeline, GridSearchCV).
 import pytest
 from sklearn.utils import estimator_checks as checks
 
-from skbert import BertSentenceTransformer
+from skbert import BertSentenceTransformer, BertTextClassifier
 
-ESTIMATORS = [BertSentenceTransformer()]
+ESTIMATORS = [BertSentenceTransformer(), BertTextClassifier()]
 
 API_CHECKS = [
     checks.check_no_attributes_set_in_init,
@@ -23,6 +23,7 @@ API_CHECKS = [
     checks.check_estimator_tags_renamed,
     checks.check_mixin_order,
     checks.check_do_not_raise_errors_in_init_or_set_params,
+    checks.check_estimators_unfitted,
 ]
 
 
