@@ -23,7 +23,7 @@ is a report, not a test: it always exits 0 and prints PASS/FAIL next to each bar
 warm-up), for skbert-fp32 and, for reference, ST. The only state that has to grow with the
 number of texts is the ``(n, 384)`` float32 output (plus the token ids of the texts).
 
-Run from the repository root (about 3 minutes for the speed run, 2 for ``--memory``)::
+Run from the repository root (about 2 minutes for the speed run, 3 for ``--memory``)::
 
     pip install -e '.[models,bench]'
     python benchmarks/bench_transform.py             # speed and agreement
@@ -149,12 +149,45 @@ def make_skbert(path: str, precision: str, sentences: list[str]):
     return est.transform
 
 
+def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> dict[str, int]:
+    """Token positions the forward passes see, under ST's and skbert's batching.
+
+    ST sorts texts by character length, skbert by token count; both pad each batch of
+    ``batch_size`` texts to its longest member.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    lengths = np.array([len(ids) for ids in tokenizer(sentences)["input_ids"]])
+
+    def padded(order):
+        return sum(
+            int(lengths[order[i : i + batch_size]].max()) * len(order[i : i + batch_size])
+            for i in range(0, len(order), batch_size)
+        )
+
+    by_chars = np.argsort([-len(text) for text in sentences], kind="stable")
+    by_tokens = np.argsort(-lengths, kind="stable")
+    return {
+        "tokens": int(lengths.sum()),
+        "ST": padded(by_chars),
+        "skbert": padded(by_tokens),
+    }
+
+
 def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = a.astype(np.float64)
     b = b.astype(np.float64)
     num = (a * b).sum(axis=1)
     den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     return num / np.maximum(den, 1e-300)
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
 
 
 def verdict(ok: bool) -> str:
@@ -174,6 +207,12 @@ def run_speed(args) -> None:
     print("Reference workload 1: STS-B test sentences -> all-MiniLM-L6-v2 mean pooling, CPU")
     print(machine_line())
     print(f"sentences: {n}; batch size 32; rounds: {args.rounds}; model: {path}")
+    work = padded_positions(path, sentences)
+    print(
+        f"tokens: {work['tokens']}; positions after padding: ST {work['ST']} (sorted by "
+        f"characters), skbert {work['skbert']} (sorted by tokens)"
+    )
+    print(f"load average at start: {load_average()}")
     print()
 
     contenders = {
@@ -199,7 +238,7 @@ def run_speed(args) -> None:
     ratio_fp32 = rate["skbert-fp32"] / rate["ST"]
     ratio_bf16 = rate["skbert-bf16"] / rate["ST"]
     per_round = {
-        name: [t_st / t for t_st, t in zip(times["ST"], times[name])]
+        name: [t_st / t for t_st, t in zip(times["ST"], times[name], strict=True)]
         for name in ("skbert-fp32", "skbert-bf16")
     }
 
@@ -245,7 +284,10 @@ def run_speed(args) -> None:
             f"  skbert-bf16 / ST = {ratio_bf16:.2f}x  (bar >= {BF16_SPEED_BAR}x): not applicable "
             "(no avx512_bf16 / amx_bf16 on this CPU)"
         )
-    print(f"  (torch threads during the run: {torch.get_num_threads()})")
+    print(
+        f"  (torch threads during the run: {torch.get_num_threads()}; "
+        f"load average at end: {load_average()})"
+    )
 
 
 # ---------------------------------------------------------------------------- memory
@@ -281,7 +323,8 @@ def memory_child(args) -> None:
 def run_memory(args) -> None:
     print("Memory: growth of peak RSS while transforming k x the STS-B test sentences")
     print(machine_line())
-    print("(each figure from a fresh subprocess, after loading the model and a warm-up)")
+    print("(each figure from a fresh subprocess, after loading the model and a warm-up;")
+    print(" peak RSS is allocator-dependent: expect about +-10 MiB between runs)")
     print()
     results = {}
     for contender in ("skbert-fp32", "ST"):

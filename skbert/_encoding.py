@@ -86,22 +86,31 @@ def encode_texts(
     return Encoded(rows, n_truncated)
 
 
-def length_batches(encoded: Encoded, batch_size: int):
-    """Group text indices into batches of about ``batch_size`` rows, longest texts first.
+#: Inference batches hold about ``batch_size * TOKENS_PER_TEXT`` padded token positions.
+TOKENS_PER_TEXT = 32
 
-    Sorting by length keeps padding small; the longest batch comes first so that an
-    out-of-memory error shows at once. A text's chunks always stay in one batch.
+
+def length_batches(encoded: Encoded, batch_size: int):
+    """Group text indices into inference batches, longest texts first.
+
+    Texts are sorted by length so that padding stays small, and a batch holds up to
+    ``batch_size * TOKENS_PER_TEXT`` padded token positions: short texts go in larger
+    batches (large matrix products run faster per token), long texts in smaller ones (memory
+    stays bounded). The longest batch comes first so that an out-of-memory error shows at
+    once. A text's chunks always stay in one batch, and a batch has at least one text.
     """
     longest = np.fromiter((max(len(r[0]) for r in rows) for rows in encoded.rows), dtype=np.int64)
     order = np.argsort(-longest, kind="stable")
-    batch, n_rows = [], 0
+    budget = batch_size * TOKENS_PER_TEXT
+    batch, n_rows, width = [], 0, 0
     for i in order:
         k = len(encoded.rows[i])
-        if batch and n_rows + k > batch_size:
+        if batch and (n_rows + k) * max(width, longest[i]) > budget:
             yield batch
-            batch, n_rows = [], 0
+            batch, n_rows, width = [], 0, 0
         batch.append(int(i))
         n_rows += k
+        width = max(width, int(longest[i]))
     if batch:
         yield batch
 

@@ -77,7 +77,9 @@ class SentenceEncoder(nn.Module):
     def token_states(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         """Token states of the chosen layers, combined: ``(batch, seq, dim)``."""
         last_only = self.layers == (self.n_hidden_states - 1,)
-        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        # A batch without padding needs no mask; without one, attention takes its fast path.
+        full = not self.training and bool(attention_mask.all())
+        kwargs = {"input_ids": input_ids, "attention_mask": None if full else attention_mask}
         if self.uses_token_types and token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         out = self.backbone(**kwargs, output_hidden_states=not last_only, return_dict=True)

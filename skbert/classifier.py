@@ -94,6 +94,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         Dropout before the head.
     max_epochs : int, default=3
     batch_size : int, default=32
+        Texts per training step. For prediction, the token budget of
+        :class:`BertSentenceTransformer` applies (``batch_size * 32`` token positions).
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the data (stratified), score accuracy after each
         epoch, stop after ``n_iter_no_change`` epochs without improvement and keep the best
@@ -283,6 +285,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         from ._network import TaskNetwork
         from ._training import TrainingConfig, length_grouped_batches, train
 
+        self.__dict__.pop("_low_precision", None)  # weights change: drop the bf16 copy
         first, second = check_texts(X)
         y, multilabel = _check_labels(y, len(first))
         targets = self._targets(y, multilabel)

@@ -61,7 +61,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     fine_tune : {"none"}, default="none"
         ``"none"``: the encoder stays frozen and ``fit`` only loads it.
     batch_size : int, default=32
-        Texts (or chunks) per forward pass. Texts are sorted by length and padded per batch.
+        Size of the forward passes: texts are sorted by length, padded per batch, and a batch
+        holds up to ``batch_size * 32`` token positions (``batch_size`` texts of 32 tokens;
+        more texts when they are shorter, fewer when longer).
     device : str, default="auto"
         ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
     precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
@@ -167,6 +169,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         -------
         self : BertSentenceTransformer
         """
+        self.__dict__.pop("_low_precision", None)  # weights change: drop the bf16 copy
         check_texts(X)
         self._check_trainable_choices(trains=self.fine_tune != "none")
         self.network_ = self._build_encoder()

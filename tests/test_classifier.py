@@ -227,3 +227,12 @@ def test_pipeline_grid_search_over_pooling_and_truncation(tiny_bert):
     grid.fit(X, Y)
     assert len(grid.cv_results_["params"]) == 4
     assert np.isfinite(grid.cv_results_["mean_test_score"]).all()
+
+
+def test_bf16_inference_copy_follows_new_weights(tiny_bert):
+    clf = make(tiny_bert, max_epochs=1, warm_start=True, precision="bf16").fit(X, Y)
+    first = clf.predict_proba(X)
+    clf.fit(X, Y)
+    assert not np.array_equal(first, clf.predict_proba(X))
+    fp32 = clf.set_params(precision="fp32").predict_proba(X)
+    np.testing.assert_allclose(clf.set_params(precision="bf16").predict_proba(X), fp32, atol=0.05)
