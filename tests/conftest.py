@@ -48,48 +48,41 @@ def _write_tokenizer(directory: Path):
     assert ids == [VOCAB.index(w) for w in ("the", "cat", "sat")], ids
 
 
+def _save_tiny(tmp_path_factory, name, model_class, config) -> str:
+    import torch
+
+    directory = tmp_path_factory.mktemp(name)
+    torch.manual_seed(0)
+    model_class(config).save_pretrained(directory)
+    _write_tokenizer(directory)
+    return str(directory)
+
+
+SMALL = {
+    "vocab_size": len(VOCAB),
+    "hidden_size": 16,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 32,
+    "max_position_embeddings": 64,
+}
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> str:
     """Directory of a random 2-layer BERT (hidden 16, 64 positions) with a WordPiece vocab."""
-    import torch
     from transformers import BertConfig, BertModel
 
-    directory = tmp_path_factory.mktemp("tiny-bert")
-    config = BertConfig(
-        vocab_size=len(VOCAB),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(directory)
-    _write_tokenizer(directory)
-    return str(directory)
+    return _save_tiny(tmp_path_factory, "tiny-bert", BertModel, BertConfig(**SMALL))
 
 
 @pytest.fixture(scope="session")
 def tiny_albert(tmp_path_factory) -> str:
     """Directory of a random 2-layer ALBERT (shared layer weights, embedding size 8)."""
-    import torch
     from transformers import AlbertConfig, AlbertModel
 
-    directory = tmp_path_factory.mktemp("tiny-albert")
-    config = AlbertConfig(
-        vocab_size=len(VOCAB),
-        embedding_size=8,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    AlbertModel(config).save_pretrained(directory)
-    _write_tokenizer(directory)
-    return str(directory)
+    config = AlbertConfig(**SMALL, embedding_size=8, pad_token_id=0)
+    return _save_tiny(tmp_path_factory, "tiny-albert", AlbertModel, config)
 
 
 @pytest.fixture(scope="session", params=["bert", "albert"])

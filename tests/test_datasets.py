@@ -1,0 +1,58 @@
+"""Loaders on the shared evaluation data, and their errors."""
+
+import numpy as np
+import pytest
+
+from skbert.datasets import (
+    get_data_home,
+    load_demo_sentiment,
+    load_imdb_sample,
+    load_sst2,
+    load_stsb,
+)
+
+
+def test_demo_sample_is_bundled_and_balanced():
+    X, y = load_demo_sentiment(return_X_y=True)
+    assert X.shape == (400,) and set(y) == {0, 1} and y.sum() == 200
+    assert all(isinstance(t, str) and t for t in X)
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("split, n", [("train", 5749), ("dev", 1500), ("test", 1379)])
+def test_stsb(data_home, split, n):
+    bunch = load_stsb(split, data_home=data_home)
+    assert bunch.data.shape == (n, 2) and bunch.target.shape == (n,)
+    assert bunch.target.min() >= 0 and bunch.target.max() <= 5
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("split, n", [("train", 67349), ("dev", 872), ("test", 1821)])
+def test_sst2(data_home, split, n):
+    X, y = load_sst2(split, data_home=data_home, return_X_y=True)
+    assert X.shape == (n,) and set(np.unique(y)) == {0, 1}
+
+
+@pytest.mark.shared_data
+def test_imdb_sample(data_home):
+    X, y = load_imdb_sample("train", data_home=data_home, return_X_y=True)
+    X_valid, _ = load_imdb_sample("valid", data_home=data_home, return_X_y=True)
+    assert len(X) == 800 and len(X_valid) == 200
+    assert set(y) == {"negative", "positive"}
+    assert not any("<br />" in text for text in X)
+
+
+def test_data_home_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SKBERT_DATA", str(tmp_path))
+    assert get_data_home() == tmp_path
+    assert get_data_home("/elsewhere").as_posix() == "/elsewhere"
+
+
+def test_missing_files_say_where_to_put_them(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"stsb.*SKBERT_DATA"):
+        load_stsb("test", data_home=tmp_path)
+
+
+def test_bad_split(tmp_path):
+    with pytest.raises(ValueError, match="split='validation' is not allowed"):
+        load_sst2("validation", data_home=tmp_path)
