@@ -152,27 +152,23 @@ def make_skbert(path: str, precision: str, sentences: list[str]):
 def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> dict[str, int]:
     """Token positions the forward passes see, under ST's and skbert's batching.
 
-    ST sorts texts by character length, skbert by token count; both pad each batch of
-    ``batch_size`` texts to its longest member.
+    ST sorts texts by character length and pads each batch of ``batch_size`` texts to its
+    longest member; skbert sorts by token count and fills each batch up to a token budget
+    (its own ``length_batches``).
     """
-    from transformers import AutoTokenizer
+    from skbert import BertSentenceTransformer
+    from skbert._encoding import length_batches
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    lengths = np.array([len(ids) for ids in tokenizer(sentences)["input_ids"]])
-
-    def padded(order):
-        return sum(
-            int(lengths[order[i : i + batch_size]].max()) * len(order[i : i + batch_size])
-            for i in range(0, len(order), batch_size)
-        )
-
+    est = BertSentenceTransformer(path, batch_size=batch_size, device="cpu").fit(sentences[:1])
+    encoded = est._encode(sentences)
+    lengths = np.array([len(rows[0][0]) for rows in encoded.rows])
     by_chars = np.argsort([-len(text) for text in sentences], kind="stable")
-    by_tokens = np.argsort(-lengths, kind="stable")
-    return {
-        "tokens": int(lengths.sum()),
-        "ST": padded(by_chars),
-        "skbert": padded(by_tokens),
-    }
+    st_positions = sum(
+        int(lengths[by_chars[i : i + batch_size]].max()) * len(by_chars[i : i + batch_size])
+        for i in range(0, len(by_chars), batch_size)
+    )
+    ours = sum(int(lengths[b].max()) * len(b) for b in length_batches(encoded, batch_size))
+    return {"tokens": int(lengths.sum()), "ST": st_positions, "skbert": ours}
 
 
 def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
