@@ -20,6 +20,8 @@ __all__ = [
     "load_stsb",
     "load_sst2",
     "load_imdb_sample",
+    "load_trec",
+    "load_snli",
     "load_demo_sentiment",
 ]
 
@@ -157,6 +159,76 @@ def load_imdb_sample(split="train", *, data_home=None, return_X_y=False, clean_h
             labels.append(row["label"])
     data = np.asarray(texts, dtype=object)
     target = np.asarray(labels, dtype=object)
+    if return_X_y:
+        return data, target
+    return Bunch(data=data, target=target)
+
+
+def load_trec(split="train", *, data_home=None, return_X_y=False, fine=False):
+    """Load TREC question classification (Li & Roth 2002).
+
+    Parameters
+    ----------
+    split : {"train", "test"}, default="train"
+        5,452 / 500 questions (``train_5500.label`` / ``TREC_10.label``).
+    data_home : str or path-like, default=None
+        Folder holding ``trec/``; see :func:`get_data_home`.
+    return_X_y : bool, default=False
+    fine : bool, default=False
+        Use the 50 fine classes (``"NUM:dist"``) instead of the 6 coarse ones (``"NUM"``).
+
+    Returns
+    -------
+    Bunch with ``data`` (object array of questions) and ``target`` (class names); or
+    ``(data, target)``.
+    """
+    _check_split(split, {"train", "test"})
+    name = "train_5500.label" if split == "train" else "TREC_10.label"
+    path = _require(get_data_home(data_home) / "trec" / name, "load_trec", "TREC (Li & Roth)")
+    questions, labels = [], []
+    with open(path, encoding="latin-1") as handle:
+        for line in handle:
+            label, _, question = line.strip().partition(" ")
+            questions.append(question)
+            labels.append(label if fine else label.split(":", 1)[0])
+    data = np.asarray(questions, dtype=object)
+    target = np.asarray(labels, dtype=object)
+    if return_X_y:
+        return data, target
+    return Bunch(data=data, target=target)
+
+
+def load_snli(split="dev", *, data_home=None, return_X_y=False):
+    """Load SNLI 1.0 (Bowman et al. 2015) as sentence pairs with entailment labels.
+
+    SentEval's copy, without the pairs that had no gold label; only ``dev`` and ``test`` are
+    in the shared data (train NLI models on ``dev``).
+
+    Parameters
+    ----------
+    split : {"train", "dev", "test"}, default="dev"
+    data_home : str or path-like, default=None
+        Folder holding ``snli-senteval/s1.{split}``, ``s2.{split}``, ``labels.{split}``.
+    return_X_y : bool, default=False
+
+    Returns
+    -------
+    Bunch with ``data`` (object array of shape (n, 2): premise, hypothesis) and ``target``
+    ("entailment", "neutral", "contradiction"); or ``(data, target)``.
+    """
+    _check_split(split, {"train", "dev", "test"})
+    folder = get_data_home(data_home) / "snli-senteval"
+    source = "SentEval's SNLI (data/downstream/SNLI)"
+    columns = []
+    for stem in ("s1", "s2", "labels"):
+        path = _require(folder / f"{stem}.{split}", "load_snli", source)
+        with open(path, encoding="utf-8") as handle:
+            columns.append([line.rstrip("\n").strip() for line in handle])
+    if len({len(c) for c in columns}) != 1:
+        raise ValueError(f"load_snli: s1/s2/labels.{split} in {folder} differ in length.")
+    data = np.empty((len(columns[0]), 2), dtype=object)
+    data[:, 0], data[:, 1] = columns[0], columns[1]
+    target = np.asarray(columns[2], dtype=object)
     if return_X_y:
         return data, target
     return Bunch(data=data, target=target)

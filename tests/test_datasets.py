@@ -7,8 +7,10 @@ from skbert.datasets import (
     get_data_home,
     load_demo_sentiment,
     load_imdb_sample,
+    load_snli,
     load_sst2,
     load_stsb,
+    load_trec,
 )
 
 
@@ -40,6 +42,23 @@ def test_imdb_sample(data_home):
     assert len(X) == 800 and len(X_valid) == 200
     assert set(y) == {"negative", "positive"}
     assert not any("<br />" in text for text in X)
+
+
+@pytest.mark.shared_data
+def test_trec(data_home):
+    X, y = load_trec("train", data_home=data_home, return_X_y=True)
+    assert X.shape == (5452,) and len(set(y)) == 6
+    assert len(set(load_trec("train", data_home=data_home, fine=True).target)) == 50
+    X_test, _ = load_trec("test", data_home=data_home, return_X_y=True)
+    assert X_test.shape == (500,) and X_test[0] == "How far is it from Denver to Aspen ?"
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("split, n", [("dev", 9842), ("test", 9824)])
+def test_snli(data_home, split, n):
+    X, y = load_snli(split, data_home=data_home, return_X_y=True)
+    assert X.shape == (n, 2)
+    assert set(y) == {"entailment", "neutral", "contradiction"}
 
 
 def test_data_home_from_environment(monkeypatch, tmp_path):
