@@ -154,3 +154,44 @@ class TaskNetwork(nn.Module):
         """Logits of shape ``(n_texts, n_outputs)``."""
         vectors = self.encoder(input_ids, attention_mask, token_type_ids, owner, n_texts)
         return self.head(self.dropout(vectors))
+
+
+class SiameseNetwork(nn.Module):
+    """One :class:`SentenceEncoder` applied to each side of a pair, with a task head.
+
+    Parameters
+    ----------
+    encoder : SentenceEncoder
+    objective : {"cosine", "pair-softmax", "softmax"}
+        ``"cosine"``: the output is cos(u, v) (SBERT's STS objective, no head);
+        ``"pair-softmax"``: logits of a linear head on (u, v, |u - v|) (SBERT's NLI objective);
+        ``"softmax"``: logits of a linear head on u (single texts).
+    n_classes : int
+        Classes of the softmax objectives.
+    head : nn.Linear or None
+        An existing head to continue training (``warm_start``); a new one otherwise.
+    """
+
+    def __init__(self, encoder: SentenceEncoder, objective: str, n_classes: int = 0, head=None):
+        super().__init__()
+        self.encoder = encoder
+        self.objective = objective
+        if objective == "cosine":
+            self.head = None
+        else:
+            width = encoder.output_dim * (3 if objective == "pair-softmax" else 1)
+            self.head = head if head is not None else nn.Linear(width, n_classes)
+
+    @property
+    def backbone(self):
+        return self.encoder.backbone
+
+    def forward(self, first: dict, second: dict | None = None) -> torch.Tensor:
+        """Cosine per pair, or logits; ``first`` / ``second`` are encoder keyword dicts."""
+        u = self.encoder(**first)
+        if self.objective == "softmax":
+            return self.head(u)
+        v = self.encoder(**second)
+        if self.objective == "cosine":
+            return torch.nn.functional.cosine_similarity(u.float(), v.float(), dim=-1)
+        return self.head(torch.cat([u, v, (u - v).abs()], dim=-1))

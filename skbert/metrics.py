@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import spearmanr
 
-__all__ = ["paired_cosine", "cosine_spearman"]
+__all__ = ["paired_cosine", "cosine_spearman", "sts_spearman_scorer", "sts_pearson_scorer"]
 
 
 def paired_cosine(u, v) -> np.ndarray:
@@ -37,3 +37,33 @@ def cosine_spearman(u, v, scores) -> float:
     if scores.shape != (len(u),):
         raise ValueError(f"scores has shape {scores.shape}; expected ({len(u)},).")
     return float(spearmanr(paired_cosine(u, v), scores).statistic)
+
+
+def _similarity(estimator, X):
+    if not hasattr(estimator, "similarity"):
+        raise TypeError(
+            f"{type(estimator).__name__} has no similarity(); STS scorers take a "
+            "BertSentenceTransformer (or an estimator with a similarity method)."
+        )
+    return estimator.similarity(X)
+
+
+def sts_spearman_scorer(estimator, X, y) -> float:
+    """Scorer for ``GridSearchCV(scoring=...)``: Spearman of ``estimator.similarity(X)`` and y.
+
+    Examples
+    --------
+    >>> from sklearn.model_selection import GridSearchCV
+    >>> from skbert import BertSentenceTransformer
+    >>> from skbert.metrics import sts_spearman_scorer
+    >>> search = GridSearchCV(BertSentenceTransformer(), {"pooling": ["cls", "mean"]},
+    ...                       scoring=sts_spearman_scorer)  # doctest: +SKIP
+    """
+    return float(spearmanr(_similarity(estimator, X), np.asarray(y, dtype=np.float64)).statistic)
+
+
+def sts_pearson_scorer(estimator, X, y) -> float:
+    """Scorer for ``GridSearchCV(scoring=...)``: Pearson of ``estimator.similarity(X)`` and y."""
+    from scipy.stats import pearsonr
+
+    return float(pearsonr(_similarity(estimator, X), np.asarray(y, dtype=np.float64)).statistic)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from numbers import Integral, Real
+
 import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import type_of_target
+from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ._backbone import DEFAULT_MODEL
 from ._base import BertEstimatorBase
@@ -58,8 +61,25 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         None uses all.
     normalize : bool, default=False
         Scale each vector to unit L2 norm.
-    fine_tune : {"none"}, default="none"
-        ``"none"``: the encoder stays frozen and ``fit`` only loads it.
+    fine_tune : {"none", "head", "full"}, default="none"
+        ``"none"``: the encoder stays frozen and ``fit`` only loads it. ``"full"``: ``fit``
+        trains the encoder (and pooling weights) on ``(X, y)``, siamese-style (SBERT); ``"head"``:
+        only the weights outside the encoder (a CNN pooling, chunk attention, the task head).
+    objective : {"auto", "cosine", "pair-softmax", "softmax"}, default="auto"
+        Training objective; ``"auto"`` follows the data (see :meth:`fit`).
+    cnn_kernel_sizes : tuple of int, default=(1, 3, 5)
+        Widths of the convolutions of ``pooling="cnn"``.
+    cnn_channels : int, default=128
+        Channels per convolution of ``pooling="cnn"``; the vector width is
+        ``cnn_channels * len(cnn_kernel_sizes)``.
+    learning_rate, layer_lr_decay, head_learning_rate, weight_decay, warmup_fraction : float
+        Optimisation, as in :class:`BertTextClassifier` (defaults 2e-5, 1.0, 1e-3, 0.01, 0.1).
+    max_epochs : int, default=1
+        Epochs of training (SBERT trains one epoch on STS-B).
+    random_state : int or None, default=None
+        Seeds the training; the same seed gives the same model bit for bit on the CPU.
+    warm_start : bool, default=False
+        Continue training the fitted encoder (and head) on the next ``fit``.
     batch_size : int, default=32
         Size of the forward passes: texts are sorted by length, padded per batch, and a batch
         holds up to ``batch_size * 32`` token positions (``batch_size`` texts of 32 tokens;
@@ -116,7 +136,18 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     _parameter_constraints: dict = {
         **BertEstimatorBase._parameter_constraints,
         "normalize": ["boolean"],
-        "fine_tune": [StrOptions({"none"})],
+        "fine_tune": [StrOptions({"none", "head", "full"})],
+        "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax"})],
+        "cnn_kernel_sizes": [tuple, list],
+        "cnn_channels": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "layer_lr_decay": [Interval(Real, 0, 1, closed="right")],
+        "head_learning_rate": [Interval(Real, 0, None, closed="neither"), None],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
+        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "warm_start": ["boolean"],
     }
 
     def __init__(
@@ -133,6 +164,17 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         max_chunks=None,
         normalize=False,
         fine_tune="none",
+        objective="auto",
+        cnn_kernel_sizes=(1, 3, 5),
+        cnn_channels=128,
+        learning_rate=2e-5,
+        layer_lr_decay=1.0,
+        head_learning_rate=1e-3,
+        weight_decay=0.01,
+        warmup_fraction=0.1,
+        max_epochs=1,
+        random_state=None,
+        warm_start=False,
         batch_size=32,
         device="auto",
         precision="auto",
@@ -149,6 +191,17 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self.max_chunks = max_chunks
         self.normalize = normalize
         self.fine_tune = fine_tune
+        self.objective = objective
+        self.cnn_kernel_sizes = cnn_kernel_sizes
+        self.cnn_channels = cnn_channels
+        self.learning_rate = learning_rate
+        self.layer_lr_decay = layer_lr_decay
+        self.head_learning_rate = head_learning_rate
+        self.weight_decay = weight_decay
+        self.warmup_fraction = warmup_fraction
+        self.max_epochs = max_epochs
+        self.random_state = random_state
+        self.warm_start = warm_start
         self.batch_size = batch_size
         self.device = device
         self.precision = precision
@@ -156,25 +209,150 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
-        """Load the encoder; with ``fine_tune="none"`` nothing is trained.
+        """Load the encoder and, unless ``fine_tune="none"``, train it on ``(X, y)``.
+
+        The objective follows the data (or ``objective``). Sentence pairs with float y
+        (scores) train cos(u, v) to match the scores scaled to [0, 1] by the training scores'
+        minimum and maximum (STS-B's 0-5 becomes score / 5; SBERT's regression objective).
+        Pairs with class labels (ints or strings) train a softmax on (u, v, |u - v|) (SBERT's
+        NLI objective). Single texts with class labels train a softmax on u. The task head is
+        not part of the output:
+        ``transform`` gives the trained sentence vectors.
 
         Parameters
         ----------
         X : 1-D array-like of str, or array-like of shape (n_samples, 2)
-            Texts or sentence pairs (checked, not used, when nothing is trained).
-        y : None
-            Ignored.
+            Texts or sentence pairs.
+        y : array-like of shape (n_samples,) or None
+            Scores or class labels; ignored (and optional) when ``fine_tune="none"``.
 
         Returns
         -------
         self : BertSentenceTransformer
         """
         self.__dict__.pop("_low_precision", None)  # weights change: drop the bf16 copy
-        check_texts(X)
-        self._check_trainable_choices(trains=self.fine_tune != "none")
-        self.network_ = self._build_encoder()
+        first, second = check_texts(X)
+        trains = self.fine_tune != "none"
+        self._check_trainable_choices(trains=trains)
+        if not trains:
+            self.network_ = self._build_encoder()
+            self._n_features_out = self.network_.output_dim
+            return self
+        self._fit_objective(first, second, y)
         self._n_features_out = self.network_.output_dim
         return self
+
+    def _resolve_objective(self, second, y) -> str:
+        if y is None:
+            raise ValueError(
+                f"fine_tune={self.fine_tune!r} trains on labelled data: pass y (similarity "
+                "scores for sentence pairs, or class labels), or use fine_tune='none'."
+            )
+        # float y = similarity scores (even when whole numbers); ints / strings = classes
+        y = np.asarray(y)
+        continuous = y.dtype.kind == "f"
+        if not continuous:
+            type_of_target(y, input_name="y")  # clear errors for malformed labels
+        objective = self.objective
+        if objective == "auto":
+            if second is None:
+                objective = "softmax"
+            else:
+                objective = "cosine" if continuous else "pair-softmax"
+        if objective in ("cosine", "pair-softmax") and second is None:
+            raise ValueError(f"objective={objective!r} needs sentence pairs (2-column X).")
+        if objective == "softmax" and second is not None:
+            raise ValueError("objective='softmax' takes single texts; X has 2 columns.")
+        if objective != "cosine" and continuous:
+            raise ValueError(
+                f"objective={objective!r} needs class labels, but y holds continuous values; "
+                "similarity scores train objective='cosine' on sentence pairs."
+            )
+        return objective
+
+    def _fit_objective(self, first, second, y):
+        import torch
+
+        from ._network import SiameseNetwork
+        from ._training import TrainingConfig, length_grouped_batches, train
+
+        objective = self._resolve_objective(second, y)
+        y = np.asarray(y)
+        if len(y) != len(first):
+            raise ValueError(f"X has {len(first)} samples but y has {len(y)}.")
+        seed = int(check_random_state(self.random_state).randint(2**31 - 1))
+        continuing = (
+            self.warm_start
+            and hasattr(self, "network_")
+            and getattr(self, "objective_", None) == objective
+        )
+        if objective == "cosine":
+            y = y.astype(np.float64)
+            if not np.isfinite(y).all():
+                raise ValueError("y holds NaN or infinite scores.")
+            if not continuing:
+                self.score_range_ = (float(y.min()), float(y.max()))
+            low, high = self.score_range_
+            targets = torch.as_tensor((y - low) / max(high - low, 1e-12), dtype=torch.float32)
+            n_classes = 0
+        else:
+            if not continuing:
+                self.classes_ = np.unique(y)
+            if not np.isin(y, self.classes_).all():
+                raise ValueError(
+                    "warm_start=True but y has labels the model was not fitted with; "
+                    "fit with warm_start=False to start anew."
+                )
+            targets = torch.as_tensor(np.searchsorted(self.classes_, y), dtype=torch.int64)
+            n_classes = len(self.classes_)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            encoder = self.network_ if continuing else self._build_encoder()
+            head = getattr(self, "task_head_", None) if continuing else None
+            network = SiameseNetwork(encoder, objective, n_classes, head=head)
+        own = [n for n, _ in network.named_parameters() if not n.startswith("encoder.backbone.")]
+        if self.fine_tune == "head" and not own:
+            raise ValueError(
+                f"fine_tune='head' trains the weights outside the encoder, and with "
+                f"pooling={self.pooling!r} and objective={objective!r} there are none. Use "
+                "fine_tune='full', or pooling='cnn' (or chunk_pooling='attention')."
+            )
+        device, dtype = self._device_and_dtype()
+        enc_a = self._encode(first)
+        enc_b = self._encode(second) if second is not None else None
+        lengths = [len(rows[0][0]) for rows in enc_a.rows]
+        if enc_b is not None:
+            lengths = [a + len(rows[0][0]) for a, rows in zip(lengths, enc_b.rows, strict=True)]
+        criterion = torch.nn.MSELoss() if objective == "cosine" else torch.nn.CrossEntropyLoss()
+
+        def make_batches(rng):
+            return length_grouped_batches(lengths, self.batch_size, rng)
+
+        def loss_fn(net, batch):
+            a = self._batch_tensors(enc_a, batch, device)
+            b = self._batch_tensors(enc_b, batch, device) if enc_b is not None else None
+            out = net(a, b)
+            return criterion(out.float(), targets[batch].to(device))
+
+        config = TrainingConfig(
+            max_epochs=self.max_epochs,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            layer_lr_decay=self.layer_lr_decay,
+            head_learning_rate=self.head_learning_rate,
+            weight_decay=self.weight_decay,
+            warmup_fraction=self.warmup_fraction,
+            train_backbone=self.fine_tune == "full",
+            verbose=self.verbose,
+            device=device,
+            dtype=dtype,
+        )
+        history = train(network, loss_fn, make_batches, config, seed=seed, desc="Fine-tuning")
+        self.network_ = network.encoder.eval()
+        self.task_head_ = None if network.head is None else network.head.cpu()
+        self.objective_ = objective
+        self.loss_curve_ = history.loss_curve
+        self.n_iter_ = history.n_iter
 
     def transform(self, X):
         """Encode texts (or sentence pairs) into vectors.
@@ -195,3 +373,34 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
         return vectors
+
+    def similarity(self, X):
+        """Cosine similarity of the two sentences of each pair.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2)
+            Sentence pairs; each sentence is encoded on its own (not as a joint input).
+
+        Returns
+        -------
+        ndarray of shape (n_pairs,)
+        """
+        from .metrics import paired_cosine
+
+        check_is_fitted(self)
+        first, second = check_texts(X)
+        if second is None:
+            raise ValueError("similarity takes sentence pairs: X must have 2 columns.")
+        vectors = self._forward_all(first + second)
+        return paired_cosine(vectors[: len(first)], vectors[len(first) :])
+
+    def score(self, X, y):
+        """Spearman correlation between :meth:`similarity` and gold scores ``y``.
+
+        The STS measure of Reimers & Gurevych (2019) and Choi et al. (2021); papers report it
+        x 100. ``GridSearchCV(BertSentenceTransformer(...), ...)`` uses it by default.
+        """
+        from scipy.stats import spearmanr
+
+        return float(spearmanr(self.similarity(X), np.asarray(y, dtype=np.float64)).statistic)

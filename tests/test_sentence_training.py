@@ -1,0 +1,146 @@
+"""BertSentenceTransformer with fine_tune="head" / "full" (SBERT-style siamese training)."""
+
+import pickle
+
+import numpy as np
+import pytest
+from conftest import LONG_TEXT
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+
+from skbert import BertSentenceTransformer
+from skbert.metrics import sts_pearson_scorer, sts_spearman_scorer
+
+POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
+NEG = ["terrible film , hate it", "a very bad movie", "bad dog", "hate the mat", "not good"]
+TEXTS = np.array(POS + NEG, dtype=object)
+LABELS = np.array([1] * 5 + [0] * 5)
+# pairs of the same sentiment are similar (score 4-5), of opposite sentiment not (0-1)
+PAIRS = np.array(
+    [[POS[i], POS[(i + 1) % 5]] for i in range(5)]
+    + [[NEG[i], NEG[(i + 2) % 5]] for i in range(5)]
+    + [[POS[i], NEG[i]] for i in range(5)]
+    + [[NEG[i], POS[(i + 3) % 5]] for i in range(5)],
+    dtype=object,
+)
+SCORES = np.array([5.0, 4.5, 4.0, 5.0, 4.5] * 2 + [0.0, 0.5, 1.0, 0.0, 0.5] * 2)
+NLI = np.array(["entailment"] * 10 + ["contradiction"] * 10, dtype=object)
+
+FAST = {"learning_rate": 3e-3, "head_learning_rate": 3e-2, "batch_size": 4, "device": "cpu",
+        "random_state": 0}  # fmt: skip
+
+
+def make(model, **params):
+    return BertSentenceTransformer(model, **{**FAST, "fine_tune": "full", **params})
+
+
+def test_cosine_objective_learns_scores(tiny_model):
+    before = make(tiny_model, fine_tune="none").fit(PAIRS).score(PAIRS, SCORES)
+    est = make(tiny_model, max_epochs=8).fit(PAIRS, SCORES)
+    assert est.objective_ == "cosine" and est.task_head_ is None
+    assert est.score_range_ == (0.0, 5.0)
+    assert est.loss_curve_[-1] < est.loss_curve_[0]
+    assert est.score(PAIRS, SCORES) > max(before, 0.5)
+    assert sts_spearman_scorer(est, PAIRS, SCORES) == est.score(PAIRS, SCORES)
+    assert -1 <= sts_pearson_scorer(est, PAIRS, SCORES) <= 1
+
+
+def test_pair_labels_train_the_nli_objective(tiny_model):
+    est = make(tiny_model, max_epochs=3).fit(PAIRS, NLI)
+    assert est.objective_ == "pair-softmax"
+    assert list(est.classes_) == ["contradiction", "entailment"]
+    assert est.task_head_.in_features == 3 * 16
+    assert est.transform(TEXTS).shape == (10, 16)  # the head is not part of the vectors
+
+
+def test_single_texts_with_labels_train_softmax(tiny_model):
+    est = make(tiny_model, max_epochs=3).fit(TEXTS, LABELS)
+    assert est.objective_ == "softmax" and est.task_head_.out_features == 2
+    assert est.transform(TEXTS).shape == (10, 16)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean", "max", "cnn"])
+@pytest.mark.parametrize("fine_tune", ["head", "full"])
+def test_every_pooling_and_fine_tune_value(tiny_bert, pooling, fine_tune):
+    if fine_tune == "head" and pooling != "cnn":
+        with pytest.raises(ValueError, match="fine_tune='head' trains the weights outside"):
+            make(tiny_bert, pooling=pooling, fine_tune=fine_tune).fit(PAIRS, SCORES)
+        return
+    frozen = make(tiny_bert, fine_tune="none").fit(TEXTS).transform(TEXTS)
+    est = make(tiny_bert, pooling=pooling, fine_tune=fine_tune, cnn_channels=6).fit(PAIRS, SCORES)
+    out = est.transform(TEXTS)
+    assert out.shape == (10, 18 if pooling == "cnn" else 16)
+    if fine_tune == "head":  # the encoder is untouched
+        plain = make(tiny_bert, fine_tune="none").fit(TEXTS)
+        for key, value in plain.network_.backbone.state_dict().items():
+            np.testing.assert_array_equal(est.network_.backbone.state_dict()[key], value)
+    elif pooling == "mean":
+        assert not np.allclose(out, frozen)
+
+
+def test_chunk_attention_trains_with_head_only(tiny_model):
+    texts = np.array([LONG_TEXT + " " + t for t in TEXTS], dtype=object)
+    est = make(tiny_model, truncation="chunks", chunk_pooling="attention", max_length=16,
+               max_chunks=6, fine_tune="head", max_epochs=1)  # fmt: skip
+    est.fit(texts, LABELS)
+    assert est.transform(texts).shape == (10, 16)
+    assert np.isfinite(est.loss_curve_).all()
+
+
+def test_same_seed_same_model(tiny_model):
+    a = make(tiny_model, max_epochs=2).fit(PAIRS, SCORES).transform(TEXTS)
+    b = make(tiny_model, max_epochs=2).fit(PAIRS, SCORES).transform(TEXTS)
+    c = make(tiny_model, max_epochs=2, random_state=1).fit(PAIRS, SCORES).transform(TEXTS)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_pickle_round_trip_after_training(tiny_model):
+    est = make(tiny_model, pooling="cnn", cnn_channels=4, max_epochs=1).fit(PAIRS, NLI)
+    loaded = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(loaded.transform(TEXTS), est.transform(TEXTS))
+    np.testing.assert_array_equal(loaded.similarity(PAIRS), est.similarity(PAIRS))
+
+
+def test_warm_start_continues(tiny_bert):
+    est = make(tiny_bert, max_epochs=1, warm_start=True).fit(PAIRS, SCORES)
+    network, first = est.network_, est.transform(TEXTS)
+    est.fit(PAIRS, SCORES)
+    assert est.network_ is network and not np.array_equal(first, est.transform(TEXTS))
+
+
+def test_objective_errors(tiny_bert):
+    with pytest.raises(ValueError, match="pass y"):
+        make(tiny_bert).fit(PAIRS)
+    with pytest.raises(ValueError, match="needs class labels"):
+        make(tiny_bert, objective="pair-softmax").fit(PAIRS, SCORES)
+    with pytest.raises(ValueError, match="needs sentence pairs"):
+        make(tiny_bert, objective="cosine").fit(TEXTS, LABELS.astype(float))
+    with pytest.raises(ValueError, match="takes single texts"):
+        make(tiny_bert, objective="softmax").fit(PAIRS, NLI)
+    with pytest.raises(ValueError, match="X has 20 samples but y has 3"):
+        make(tiny_bert).fit(PAIRS, SCORES[:3])
+    with pytest.raises(ValueError, match="similarity takes sentence pairs"):
+        make(tiny_bert, fine_tune="none").fit(TEXTS).similarity(TEXTS)
+
+
+def test_grid_search_with_sts_scorer(tiny_bert):
+    grid = GridSearchCV(
+        make(tiny_bert, max_epochs=1),
+        {"pooling": ["cls", "mean"]},
+        scoring=sts_spearman_scorer,
+        cv=2,
+        error_score="raise",
+    )
+    grid.fit(PAIRS, SCORES)
+    assert np.isfinite(grid.cv_results_["mean_test_score"]).all()
+
+
+def test_pipeline_compares_trained_poolings(tiny_bert):
+    pipe = make_pipeline(make(tiny_bert, max_epochs=1, cnn_channels=4),
+                         LogisticRegression(max_iter=500))  # fmt: skip
+    grid = GridSearchCV(pipe, {"bertsentencetransformer__pooling": ["cls", "mean", "cnn"]},
+                        cv=2, error_score="raise")  # fmt: skip
+    grid.fit(TEXTS, LABELS)
+    assert len(grid.cv_results_["params"]) == 3
