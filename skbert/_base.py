@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -50,6 +50,20 @@ class BertEstimatorBase(BaseEstimator):
         "verbose": ["verbose"],
     }
 
+    #: constraints of the training parameters, for the estimators that train
+    _training_constraints: dict = {
+        "cnn_kernel_sizes": [tuple, list],
+        "cnn_channels": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "layer_lr_decay": [Interval(Real, 0, 1, closed="right")],
+        "head_learning_rate": [Interval(Real, 0, None, closed="neither"), None],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
+        "max_epochs": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "warm_start": ["boolean"],
+    }
+
     # ------------------------------------------------------------------ fitting helpers
     def _check_trainable_choices(self, trains: bool) -> None:
         """Refuse poolings that have weights when nothing will train them."""
@@ -67,6 +81,25 @@ class BertEstimatorBase(BaseEstimator):
                 f"trained, and fine_tune={self.fine_tune!r} trains nothing. Use "
                 "chunk_pooling='mean' or 'max' for frozen features."
             )
+
+    def _training_config(self, device, dtype, **extra):
+        """The :class:`~skbert._training.TrainingConfig` of this estimator's parameters."""
+        from ._training import TrainingConfig
+
+        return TrainingConfig(
+            max_epochs=self.max_epochs,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            layer_lr_decay=self.layer_lr_decay,
+            head_learning_rate=self.head_learning_rate,
+            weight_decay=self.weight_decay,
+            warmup_fraction=self.warmup_fraction,
+            train_backbone=self.fine_tune == "full",
+            verbose=self.verbose,
+            device=device,
+            dtype=dtype,
+            **extra,
+        )
 
     def _build_encoder(self):
         """Load the encoder and tokenizer; return the :class:`SentenceEncoder`.

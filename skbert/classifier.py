@@ -145,22 +145,13 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
 
     _parameter_constraints: dict = {
         **BertEstimatorBase._parameter_constraints,
-        "cnn_kernel_sizes": [tuple, list],
-        "cnn_channels": [Interval(Integral, 1, None, closed="left")],
+        **BertEstimatorBase._training_constraints,
         "fine_tune": [StrOptions({"full", "head"})],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
-        "layer_lr_decay": [Interval(Real, 0, 1, closed="right")],
-        "head_learning_rate": [Interval(Real, 0, None, closed="neither"), None],
-        "weight_decay": [Interval(Real, 0, None, closed="left")],
-        "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
         "dropout": [Interval(Real, 0, 1, closed="left")],
-        "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "class_weight": [dict, StrOptions({"balanced"}), None],
-        "random_state": ["random_state"],
-        "warm_start": ["boolean"],
     }
 
     def __init__(
@@ -283,7 +274,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         import torch
 
         from ._network import TaskNetwork
-        from ._training import TrainingConfig, length_grouped_batches, train
+        from ._training import length_grouped_batches, train
 
         self.__dict__.pop("_low_precision", None)  # weights change: drop the bf16 copy
         first, second = check_texts(X)
@@ -343,20 +334,11 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
                     return float(np.mean(np.all(predicted == truth, axis=1)))
                 return float(np.mean(predicted == truth))
 
-        config = TrainingConfig(
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            layer_lr_decay=self.layer_lr_decay,
-            head_learning_rate=self.head_learning_rate,
-            weight_decay=self.weight_decay,
-            warmup_fraction=self.warmup_fraction,
-            train_backbone=self.fine_tune == "full",
+        config = self._training_config(
+            device,
+            dtype,
             early_stopping=self.early_stopping,
             n_iter_no_change=self.n_iter_no_change,
-            verbose=self.verbose,
-            device=device,
-            dtype=dtype,
         )
         history = train(self.network_, loss_fn, make_batches, config, validate=validate,
                         seed=seed, desc="Fine-tuning")  # fmt: skip

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from numbers import Integral, Real
-
 import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
@@ -135,19 +133,10 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
     _parameter_constraints: dict = {
         **BertEstimatorBase._parameter_constraints,
+        **BertEstimatorBase._training_constraints,
         "normalize": ["boolean"],
         "fine_tune": [StrOptions({"none", "head", "full"})],
         "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax"})],
-        "cnn_kernel_sizes": [tuple, list],
-        "cnn_channels": [Interval(Integral, 1, None, closed="left")],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
-        "layer_lr_decay": [Interval(Real, 0, 1, closed="right")],
-        "head_learning_rate": [Interval(Real, 0, None, closed="neither"), None],
-        "weight_decay": [Interval(Real, 0, None, closed="left")],
-        "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
-        "max_epochs": [Interval(Integral, 1, None, closed="left")],
-        "random_state": ["random_state"],
-        "warm_start": ["boolean"],
     }
 
     def __init__(
@@ -274,7 +263,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         import torch
 
         from ._network import SiameseNetwork
-        from ._training import TrainingConfig, length_grouped_batches, train
+        from ._training import length_grouped_batches, train
 
         objective = self._resolve_objective(second, y)
         y = np.asarray(y)
@@ -334,19 +323,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             out = net(a, b)
             return criterion(out.float(), targets[batch].to(device))
 
-        config = TrainingConfig(
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            layer_lr_decay=self.layer_lr_decay,
-            head_learning_rate=self.head_learning_rate,
-            weight_decay=self.weight_decay,
-            warmup_fraction=self.warmup_fraction,
-            train_backbone=self.fine_tune == "full",
-            verbose=self.verbose,
-            device=device,
-            dtype=dtype,
-        )
+        config = self._training_config(device, dtype)
         history = train(network, loss_fn, make_batches, config, seed=seed, desc="Fine-tuning")
         self.network_ = network.encoder.eval()
         self.task_head_ = None if network.head is None else network.head.cpu()
