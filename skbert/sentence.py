@@ -77,7 +77,10 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     random_state : int or None, default=None
         Seeds the training; the same seed gives the same model bit for bit on the CPU.
     warm_start : bool, default=False
-        Continue training the fitted encoder (and head) on the next ``fit``.
+        Continue training the fitted encoder on the next ``fit``. The task head is kept too
+        when the objective is the same, else a new one is started; so SBERT's recipe, NLI
+        first and STS-B second, is ``fit(nli_pairs, labels)`` then
+        ``set_params(warm_start=True).fit(sts_pairs, scores)``.
     batch_size : int, default=32
         Size of the forward passes: texts are sorted by length, padded per batch, and a batch
         holds up to ``batch_size * 32`` token positions (``batch_size`` texts of 32 tokens;
@@ -270,23 +273,24 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         if len(y) != len(first):
             raise ValueError(f"X has {len(first)} samples but y has {len(y)}.")
         seed = int(check_random_state(self.random_state).randint(2**31 - 1))
-        continuing = (
-            self.warm_start
-            and hasattr(self, "network_")
-            and getattr(self, "objective_", None) == objective
-        )
+        # warm_start keeps the fitted encoder; the task head (and its classes or score
+        # range) only when the objective is the same: NLI then STS-B is two fits.
+        keep_encoder = self.warm_start and hasattr(self, "network_")
+        continuing = keep_encoder and getattr(self, "objective_", None) == objective
         if objective == "cosine":
             y = y.astype(np.float64)
             if not np.isfinite(y).all():
                 raise ValueError("y holds NaN or infinite scores.")
             if not continuing:
                 self.score_range_ = (float(y.min()), float(y.max()))
+                self.__dict__.pop("classes_", None)
             low, high = self.score_range_
             targets = torch.as_tensor((y - low) / max(high - low, 1e-12), dtype=torch.float32)
             n_classes = 0
         else:
             if not continuing:
                 self.classes_ = np.unique(y)
+                self.__dict__.pop("score_range_", None)
             if not np.isin(y, self.classes_).all():
                 raise ValueError(
                     "warm_start=True but y has labels the model was not fitted with; "
@@ -296,7 +300,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             n_classes = len(self.classes_)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            encoder = self.network_ if continuing else self._build_encoder()
+            encoder = self.network_ if keep_encoder else self._build_encoder()
             head = getattr(self, "task_head_", None) if continuing else None
             network = SiameseNetwork(encoder, objective, n_classes, head=head)
         own = [n for n, _ in network.named_parameters() if not n.startswith("encoder.backbone.")]

@@ -110,6 +110,22 @@ def test_warm_start_continues(tiny_bert):
     assert est.network_ is network and not np.array_equal(first, est.transform(TEXTS))
 
 
+def test_warm_start_nli_then_sts_keeps_encoder_and_starts_new_head(tiny_bert):
+    est = make(tiny_bert, pooling="cnn", cnn_channels=4, max_epochs=1).fit(PAIRS, NLI)
+    nli_state = {k: v.clone() for k, v in est.network_.state_dict().items()}
+    est.set_params(warm_start=True).fit(PAIRS, SCORES)
+    assert est.objective_ == "cosine" and est.task_head_ is None
+    assert est.score_range_ == (0.0, 5.0) and not hasattr(est, "classes_")
+    # training continued from the NLI encoder: same start as a fresh STS fit would not have
+    fresh = make(tiny_bert, pooling="cnn", cnn_channels=4, max_epochs=1).fit(PAIRS, SCORES)
+    assert not np.array_equal(fresh.transform(TEXTS), est.transform(TEXTS))
+    changed = [k for k, v in est.network_.state_dict().items() if not v.equal(nli_state[k])]
+    assert changed  # and it trained
+    # back to labels: a new head over the current classes, score range dropped
+    est.fit(PAIRS, NLI)
+    assert est.objective_ == "pair-softmax" and not hasattr(est, "score_range_")
+
+
 def test_objective_errors(tiny_bert):
     with pytest.raises(ValueError, match="pass y"):
         make(tiny_bert).fit(PAIRS)

@@ -1,0 +1,32 @@
+"""The examples' code paths, run on the tiny fixtures and a few rows of the shared data."""
+
+import importlib.util
+import math
+
+import pytest
+from conftest import REPO
+
+
+def load_example(name):
+    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.shared_data
+def test_choi2021_grid_runs_on_albert(tiny_albert, data_home, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    example = load_example("choi2021_sentence_embeddings")
+    chart = tmp_path / "chart.png"
+    table = example.main(["--model", tiny_albert, "--data-home", str(data_home),
+                          "--limit", "24", "--output", str(chart)])  # fmt: skip
+    assert set(table) == {(p, r) for p in example.POOLINGS for r in example.REGIMES}
+    assert table["cnn", "none"] is None  # an untrained CNN is not reported
+    values = [v for v in table.values() if v is not None]
+    assert len(values) == 11 and all(math.isfinite(v) and -100 <= v <= 100 for v in values)
+    # the two fine-tuning regimes train different encoders
+    assert table["mean", "sts"] != table["mean", "nli+sts"]
+    out = capsys.readouterr().out
+    assert "CNN-SBERT > SBERT (mean)" in out and "cnn" in out
+    assert chart.stat().st_size > 10_000
