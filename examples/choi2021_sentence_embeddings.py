@@ -161,7 +161,7 @@ def main(argv=None):
     print("\nChoi et al. (2021): CNN-SBERT > SBERT (mean) > mean > CLS; the CNN helps ALBERT most.")
     for text, holds, a, b in check_ordering(table):
         print(f"  {text:<42} {'holds' if holds else 'does NOT hold'} here ({a:.2f} vs {b:.2f})")
-    print("  'CNN helps ALBERT most' needs ALBERT weights: run with --model <an ALBERT checkpoint>.")
+    print("  'CNN helps ALBERT most' needs ALBERT weights: --model <an ALBERT checkpoint>.")
     plot(table, args.output, f"Choi et al. (2021) grid on STS-B: {name}")
     print(f"\nbar chart: {args.output}; {time.perf_counter() - start:.0f} s in all")
     return table
