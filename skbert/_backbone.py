@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from dataclasses import dataclass
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
-__all__ = ["DEFAULT_MODEL", "resolve_model", "load_backbone", "SpecialTokens", "model_max_length"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "resolve_model",
+    "fitted_encoder_source",
+    "locate_model",
+    "loading_errors",
+    "load_backbone",
+    "quiet_loading",
+    "SpecialTokens",
+    "model_max_length",
+]
 
 
 def _packaged_default():
@@ -49,38 +61,108 @@ def _how_to_get(model: str) -> str:
     )
 
 
-def load_backbone(model: str):
+def fitted_encoder_source(model):
+    """The fitted skbert estimator that ``model`` stands for, or None if ``model`` is a str.
+
+    ``model`` may be a fitted skbert estimator or one wrapped in
+    ``sklearn.frozen.FrozenEstimator`` (which survives ``clone``, so it works inside
+    ``GridSearchCV``).
+
+    Raises
+    ------
+    ValueError
+        When ``model`` is an estimator that is not fitted (as a clone of a fitted one is).
+    """
+    if isinstance(model, str):
+        return None
+    inner = getattr(model, "estimator", model)  # FrozenEstimator(fitted)
+    if not hasattr(inner, "network_") or not hasattr(inner, "tokenizer_"):
+        raise ValueError(
+            f"model={type(inner).__name__}(...) is not fitted. A fitted skbert estimator can "
+            "be the starting point of another (its encoder, not its head); scikit-learn's "
+            "clone (GridSearchCV, cross_validate) unfits estimators given as parameters, so "
+            "there pass sklearn.frozen.FrozenEstimator(fitted), or fitted.save_pretrained(path) "
+            "and model=path."
+        )
+    return inner
+
+
+def load_backbone(model):
     """Load ``(tokenizer, encoder)`` for ``model`` with ``AutoTokenizer`` and ``AutoModel``.
 
-    The encoder is loaded in float32, in eval mode; ``trust_remote_code`` stays off.
+    The encoder is loaded in float32, in eval mode; ``trust_remote_code`` stays off. ``model``
+    may also be a fitted skbert estimator (see :func:`fitted_encoder_source`): its tokenizer
+    and fine-tuned encoder are copied.
 
     Raises
     ------
     OSError
         When the model can be found nowhere, saying how to get it.
     """
+    import copy
+
     import torch
     from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
+    fitted = fitted_encoder_source(model)
+    if fitted is not None:
+        backbone = copy.deepcopy(fitted.network_.backbone).to("cpu", torch.float32)
+        return copy.deepcopy(fitted.tokenizer_), backbone.eval()
+    source = locate_model(model)
+    with quiet_loading(), loading_errors(model, source):
+        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
+        encoder, info = AutoModel.from_pretrained(
+            source, dtype=torch.float32, output_loading_info=True
+        )
+    # A checkpoint saved with a task head (e.g. by skbert.pretraining) loads fine without
+    # it; only encoder weights that are missing matter (the pooler is never read).
+    missing = [k for k in info["missing_keys"] if "pooler" not in k]
+    if missing:
+        warnings.warn(
+            f"model={model!r}: {len(missing)} encoder weights are not in the checkpoint and "
+            f"start from random values (e.g. {missing[0]!r}); is it the right architecture?",
+            UserWarning,
+            stacklevel=3,
+        )
+    encoder.eval()
+    return tokenizer, encoder
+
+
+def locate_model(model: str) -> str:
+    """:func:`resolve_model`, and an ``OSError`` saying how to get it for a missing directory."""
     source = resolve_model(model)
     looks_like_path = source.startswith((".", os.path.sep)) or source.count("/") > 1
     if looks_like_path and not os.path.isdir(source):
         raise OSError(f"model={model!r}: no such directory. {_how_to_get(model)}")
-    bars_were_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # no "Loading weights" bar on every fit
+    return source
+
+
+@contextlib.contextmanager
+def loading_errors(model, source):
+    """Re-raise transformers' loading errors as an ``OSError`` that says how to get the model."""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
-        encoder = AutoModel.from_pretrained(source, dtype=torch.float32)
+        yield
     except (OSError, ValueError) as exc:
         raise OSError(
             f"Could not load model={model!r} (looked in {source!r}): {exc}\n{_how_to_get(model)}"
         ) from exc
+
+
+@contextlib.contextmanager
+def quiet_loading():
+    """Silence transformers' weight-loading bar and report (skbert reports what matters)."""
+    from transformers.utils import logging as hf_logging
+
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
     finally:
+        hf_logging.set_verbosity(verbosity)
         if bars_were_on:
             hf_logging.enable_progress_bar()
-    encoder.eval()
-    return tokenizer, encoder
 
 
 def model_max_length(tokenizer, config) -> int:

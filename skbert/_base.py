@@ -8,9 +8,9 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
-from ._backbone import SpecialTokens, load_backbone, model_max_length
+from ._backbone import SpecialTokens, load_backbone, model_max_length, quiet_loading
 from ._encoding import encode_texts, length_batches, pad_batch
 from ._network import SentenceEncoder, check_layers
 from .pooling import (
@@ -35,7 +35,7 @@ class BertEstimatorBase(BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "model": [str],
+        "model": [str, HasMethods(["save_pretrained", "get_params"])],
         "pooling": [StrOptions(set(TOKEN_POOLINGS))],
         "layer": [Integral, tuple],  # ranges are checked against the model in fit
         "layer_combine": [StrOptions({"concat", "mean", "max"})],
@@ -86,20 +86,20 @@ class BertEstimatorBase(BaseEstimator):
         """The :class:`~skbert._training.TrainingConfig` of this estimator's parameters."""
         from ._training import TrainingConfig
 
-        return TrainingConfig(
-            max_epochs=self.max_epochs,
-            batch_size=self.batch_size,
-            learning_rate=self.learning_rate,
-            layer_lr_decay=self.layer_lr_decay,
-            head_learning_rate=self.head_learning_rate,
-            weight_decay=self.weight_decay,
-            warmup_fraction=self.warmup_fraction,
-            train_backbone=self.fine_tune == "full",
-            verbose=self.verbose,
-            device=device,
-            dtype=dtype,
-            **extra,
-        )
+        params = {
+            "max_epochs": self.max_epochs,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+            "layer_lr_decay": self.layer_lr_decay,
+            "head_learning_rate": self.head_learning_rate,
+            "weight_decay": self.weight_decay,
+            "warmup_fraction": self.warmup_fraction,
+            "train_backbone": self.fine_tune == "full",
+            "verbose": self.verbose,
+            "device": device,
+            "dtype": dtype,
+        }
+        return TrainingConfig(**{**params, **extra})
 
     def _build_encoder(self):
         """Load the encoder and tokenizer; return the :class:`SentenceEncoder`.
@@ -238,6 +238,36 @@ class BertEstimatorBase(BaseEstimator):
         tags.input_tags.one_d_array = True
         tags.input_tags.two_d_array = True
         return tags
+
+    # ------------------------------------------------------------------ export
+    def save_pretrained(self, path):
+        """Write the fitted encoder and its tokenizer as a Hugging Face checkpoint directory.
+
+        The directory loads with ``transformers.AutoModel.from_pretrained`` and
+        ``AutoTokenizer.from_pretrained``, and as ``model=path`` in any skbert estimator: the
+        way to start one task from an encoder fine-tuned on another (Sun et al.'s multi-task
+        recipe), or to share it. Only the encoder is written; the pooling and task head are
+        skbert's (pickle or ``joblib.dump`` the estimator to keep them).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Directory to write (created if missing; files in it are overwritten).
+
+        Returns
+        -------
+        path : str
+        """
+        import os
+
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        path = os.fspath(path)
+        with quiet_loading():  # no "Writing model shards" bar
+            self.network_.backbone.save_pretrained(path)
+            self.tokenizer_.save_pretrained(path)
+        return path
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):

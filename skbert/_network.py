@@ -7,7 +7,7 @@ import inspect
 import torch
 from torch import nn
 
-__all__ = ["SentenceEncoder", "check_layers"]
+__all__ = ["SentenceEncoder", "TaskNetwork", "SiameseNetwork", "MaskedLMNetwork", "check_layers"]
 
 
 def check_layers(layer, n_hidden_states: int) -> tuple:
@@ -195,3 +195,26 @@ class SiameseNetwork(nn.Module):
         if self.objective == "cosine":
             return torch.nn.functional.cosine_similarity(u.float(), v.float(), dim=-1)
         return self.head(torch.cat([u, v, (u - v).abs()], dim=-1))
+
+
+class MaskedLMNetwork(nn.Module):
+    """A transformers ``*ForMaskedLM`` model with the ``backbone`` the training loop expects.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A masked-LM model; its ``base_model`` (the encoder) is the backbone, its masked-LM
+        head counts as head.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    @property
+    def backbone(self):
+        return self.model.base_model
+
+    def forward(self, **inputs):
+        """The masked-LM loss of a collated batch (``input_ids``, ``labels``, ...)."""
+        return self.model(**inputs).loss

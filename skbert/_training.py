@@ -26,6 +26,7 @@ class TrainingConfig:
     """Hyperparameters of :func:`train` (see the estimators' docstrings)."""
 
     max_epochs: int = 4
+    max_steps: int | None = None  # if set, overrides max_epochs: stop after this many steps
     batch_size: int = 32
     learning_rate: float = 2e-5
     layer_lr_decay: float = 1.0
@@ -122,7 +123,13 @@ def train(
     history = TrainingHistory()
     rng = np.random.RandomState(seed)
     epoch_batches = make_batches(rng)
-    total_steps = max(1, config.max_epochs * len(epoch_batches))
+    if not epoch_batches:
+        raise ValueError("no training batches: the training data is empty.")
+    n_epochs = config.max_epochs
+    if config.max_steps is not None:
+        n_epochs = math.ceil(config.max_steps / len(epoch_batches))
+    total_steps = max(1, config.max_steps or n_epochs * len(epoch_batches))
+    step = 0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
@@ -130,16 +137,17 @@ def train(
             optimizer, math.ceil(config.warmup_fraction * total_steps), total_steps
         )
         best_score, best_state, stale = -np.inf, None, 0
-        for epoch in range(config.max_epochs):
+        for epoch in range(n_epochs):
             if epoch > 0:
                 epoch_batches = make_batches(rng)
+            epoch_batches = epoch_batches[: total_steps - step]  # max_steps: a last short epoch
             network.train()
             if not config.train_backbone:
                 network.backbone.eval()  # frozen encoder: no dropout inside it
             total, count = 0.0, 0
             bar = tqdm(
                 epoch_batches,
-                desc=f"{desc} epoch {epoch + 1}/{config.max_epochs}",
+                desc=f"{desc} epoch {epoch + 1}/{n_epochs}",
                 unit="batch",
                 disable=not config.verbose,
             )
@@ -151,6 +159,7 @@ def train(
                 torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
                 optimizer.step()
                 scheduler.step()
+                step += 1
                 total += float(loss.detach())
                 count += 1
                 bar.set_postfix(loss=f"{total / count:.4f}")

@@ -93,6 +93,15 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     dropout : float, default=0.1
         Dropout before the head.
     max_epochs : int, default=3
+    mlm_steps : int, default=0
+        Within-task pre-training (Sun et al.'s ITPT): before fine-tuning, this many steps
+        (batches of ``batch_size`` windows of ``max_length`` tokens) of masked-LM training on
+        the texts given to ``fit``, at ``learning_rate``; 0 = off (BERT-FiT). Not repeated by
+        a ``warm_start`` fit. For in-domain pre-training on other texts, see
+        :func:`skbert.pretraining.further_pretrain`. A checkpoint without a trained masked-LM
+        head (like all-MiniLM-L6-v2) warns: its head starts from random weights.
+    mlm_probability : float, default=0.15
+        Share of the tokens masked by ``mlm_steps``.
     batch_size : int, default=32
         Texts per training step. For prediction, the token budget of
         :class:`BertSentenceTransformer` applies (``batch_size * 32`` token positions).
@@ -123,6 +132,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     best_validation_score_ : float or None
     n_iter_ : int
         Epochs run (in the last ``fit``).
+    mlm_loss_curve_ : list of float or None
+        With ``mlm_steps``: mean masked-LM loss per pass over the texts, else None.
     network_, tokenizer_, max_length_, layers_ : see :class:`BertSentenceTransformer`
 
     Notes
@@ -152,6 +163,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "class_weight": [dict, StrOptions({"balanced"}), None],
+        "mlm_steps": [Interval(Integral, 0, None, closed="left")],
+        "mlm_probability": [Interval(Real, 0, 1, closed="neither")],
     }
 
     def __init__(
@@ -176,6 +189,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         warmup_fraction=0.1,
         dropout=0.1,
         max_epochs=3,
+        mlm_steps=0,
+        mlm_probability=0.15,
         batch_size=32,
         early_stopping=False,
         validation_fraction=0.1,
@@ -206,6 +221,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         self.warmup_fraction = warmup_fraction
         self.dropout = dropout
         self.max_epochs = max_epochs
+        self.mlm_steps = mlm_steps
+        self.mlm_probability = mlm_probability
         self.batch_size = batch_size
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
@@ -256,6 +273,36 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
             )
         return np.array([self.class_weight.get(c, 1.0) for c in self.classes_.tolist()])
 
+    def _within_task_pretrain(self, encoder, first, second, seed):
+        """Masked-LM training of ``encoder``'s backbone on the fit texts (``mlm_steps``)."""
+        import torch
+
+        from .pretraining import load_masked_lm, masked_lm_windows, train_masked_lm
+
+        device, dtype = self._device_and_dtype()
+        with torch.random.fork_rng(devices=[]):  # a new MLM head's init draws from its own seed
+            torch.manual_seed(seed)
+            tokenizer, mlm = load_masked_lm(self.model)
+        texts = list(first) + (list(second) if second is not None else [])
+        features = masked_lm_windows(tokenizer, texts, self.max_length_)
+        config = self._training_config(
+            device,
+            dtype,
+            max_steps=self.mlm_steps,
+            train_backbone=True,
+            layer_lr_decay=1.0,
+            head_learning_rate=None,
+        )
+        history = train_masked_lm(
+            mlm, tokenizer, features, config, mlm_probability=self.mlm_probability, seed=seed,
+            desc="Within-task masked-LM",
+        )  # fmt: skip
+        result = encoder.backbone.load_state_dict(mlm.base_model.state_dict(), strict=False)
+        left_out = [k for k in result.missing_keys + result.unexpected_keys if "pooler" not in k]
+        if left_out:  # cannot happen for one checkpoint; guards against a mismatch
+            raise RuntimeError(f"masked-LM weights do not fit the encoder: {left_out[:3]}")
+        self.mlm_loss_curve_ = history.loss_curve
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Fine-tune the encoder and the head on labelled texts.
@@ -286,6 +333,9 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 encoder = self._build_encoder()
+                self.mlm_loss_curve_ = None
+                if self.mlm_steps:  # under its own forked RNGs: the head's init is unmoved
+                    self._within_task_pretrain(encoder, first, second, seed)
                 self.network_ = TaskNetwork(
                     encoder,
                     n_outputs=len(self.classes_),

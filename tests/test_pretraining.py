@@ -1,0 +1,198 @@
+"""Further masked-LM pre-training, within-task pre-training in fit, and encoder hand-over."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from conftest import TEXTS, _write_tokenizer
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.frozen import FrozenEstimator
+from sklearn.model_selection import GridSearchCV
+from sklearn.utils._param_validation import InvalidParameterError
+
+from skbert import BertSentenceTransformer, BertTextClassifier
+from skbert.pretraining import further_pretrain, load_masked_lm, masked_lm_windows
+
+REPEATED = ["the cat sat on the mat and the dog sat on the cat"] * 48
+POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
+NEG = ["terrible film , hate it", "a very bad movie", "bad dog", "hate the mat", "not good"]
+X = np.array(POS + NEG, dtype=object)
+Y = np.array([1] * 5 + [0] * 5)
+FAST = {"learning_rate": 5e-3, "head_learning_rate": 5e-2, "batch_size": 4, "device": "cpu",
+        "random_state": 0, "max_epochs": 1}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _no_head_warning():
+    # the tiny fixtures are saved without a masked-LM head; that warning has its own test
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*no trained masked-LM head")
+        yield
+
+
+def mlm_loss(path, texts, seed=0):
+    """Masked-LM loss of the checkpoint at ``path`` on ``texts`` with a fixed masking."""
+    from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling
+
+    tokenizer, _ = load_masked_lm(path)
+    torch.manual_seed(0)  # the same random head for a checkpoint that has none
+    model = AutoModelForMaskedLM.from_pretrained(path).eval()
+    collator = DataCollatorForLanguageModeling(tokenizer, seed=seed)
+    batch = collator(masked_lm_windows(tokenizer, texts, 32))
+    with torch.inference_mode():
+        return float(model(**batch).loss)
+
+
+def pretrain(model, out, **params):
+    options = {"max_steps": 4, "batch_size": 8, "learning_rate": 2e-3, "random_state": 0,
+               "device": "cpu", "verbose": 0, **params}  # fmt: skip
+    return further_pretrain(REPEATED, out, model=model, **options)
+
+
+def test_masked_lm_training_lowers_the_loss_on_a_repeated_text(tiny_model, tmp_path):
+    before = mlm_loss(tiny_model, REPEATED[:8])
+    path = pretrain(tiny_model, tmp_path / "mlm", max_steps=150, learning_rate=5e-3)
+    after = mlm_loss(path, REPEATED[:8])
+    assert after < 0.25 * before, (before, after)  # ln(31) = 3.43 -> under 0.2 on BERT
+
+
+def test_checkpoint_reloads_with_automodel_and_as_model(tiny_model, tmp_path):
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    path = pretrain(tiny_model, tmp_path / "mlm", max_steps=3)
+    assert AutoTokenizer.from_pretrained(path)("the cat")["input_ids"]
+    mlm = AutoModelForMaskedLM.from_pretrained(path)
+    encoder = AutoModel.from_pretrained(path)
+    for name, value in mlm.base_model.state_dict().items():
+        torch.testing.assert_close(encoder.state_dict()[name], value, rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # loading a masked-LM checkpoint as an encoder is quiet
+        vectors = BertSentenceTransformer(path, device="cpu").fit(TEXTS).transform(TEXTS)
+    original = BertSentenceTransformer(tiny_model, device="cpu").fit(TEXTS).transform(TEXTS)
+    assert vectors.shape == original.shape and not np.allclose(vectors, original)
+
+
+def test_same_seed_same_checkpoint_and_whole_word_masking(tiny_bert, tmp_path):
+    from transformers import AutoModelForMaskedLM as Loader  # every weight is in the file
+
+    a = Loader.from_pretrained(pretrain(tiny_bert, tmp_path / "a", max_steps=4)).state_dict()
+    b = Loader.from_pretrained(pretrain(tiny_bert, tmp_path / "b", max_steps=4)).state_dict()
+    c = Loader.from_pretrained(
+        pretrain(tiny_bert, tmp_path / "c", max_steps=4, whole_word_mask=True)
+    ).state_dict()
+    for name, value in a.items():
+        assert torch.equal(value, b[name]), name
+    assert any(not torch.equal(value, c[name]) for name, value in a.items())
+
+
+def test_windows_cover_long_texts(tiny_bert):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    long_text = " ".join(["the cat sat on the mat"] * 20)  # 120 words
+    windows = masked_lm_windows(tokenizer, [long_text, "", "a dog"], max_length=32)
+    assert len(windows) == 5  # 120 tokens in windows of 30, and "a dog"; "" dropped
+    assert all(len(w["input_ids"]) <= 32 for w in windows)
+    assert sum(len(w["input_ids"]) - 2 for w in windows) == 122
+
+
+def test_warns_when_the_checkpoint_has_no_masked_lm_head(tiny_bert, tmp_path):
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        with pytest.warns(UserWarning, match="no trained masked-LM head: .* start from random"):
+            load_masked_lm(tiny_bert)
+    path = pretrain(tiny_bert, tmp_path / "mlm", max_steps=1)
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        warnings.simplefilter("error")
+        load_masked_lm(path)  # now it has one
+
+
+def test_errors(tiny_bert, tmp_path):
+    from transformers import GPT2Config, GPT2Model
+
+    gpt = tmp_path / "gpt2"
+    GPT2Model(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=31)).save_pretrained(gpt)
+    _write_tokenizer(gpt)
+    with pytest.raises(ValueError, match="'gpt2' model, which has no masked-LM head"):
+        further_pretrain(["a text"], tmp_path / "out", model=str(gpt))
+    with pytest.raises(ValueError, match="needs non-empty texts"):
+        further_pretrain(["", "  "], tmp_path / "out", model=tiny_bert)
+    with pytest.raises(InvalidParameterError, match="'texts' parameter .* array-like"):
+        further_pretrain("the cat sat", tmp_path / "out", model=tiny_bert)
+    with pytest.raises(InvalidParameterError, match="mlm_probability"):
+        further_pretrain(["a text"], tmp_path / "out", model=tiny_bert, mlm_probability=1.5)
+    with pytest.raises(OSError, match="no such directory"):
+        further_pretrain(["a text"], tmp_path / "out", model=str(tmp_path / "missing"))
+    with pytest.raises(InvalidParameterError, match="mlm_steps"):
+        BertTextClassifier(tiny_bert, mlm_steps=-1).fit(X, Y)
+
+
+def test_within_task_pretraining_changes_the_encoder(tiny_model):
+    original = BertTextClassifier(tiny_model)._build_encoder().backbone.state_dict()
+    # fine_tune="head" leaves the encoder as the masked-LM steps made it
+    plain = BertTextClassifier(tiny_model, fine_tune="head", **FAST).fit(X, Y)
+    itpt = BertTextClassifier(tiny_model, fine_tune="head", mlm_steps=6, **FAST).fit(X, Y)
+    assert plain.mlm_loss_curve_ is None and len(itpt.mlm_loss_curve_) >= 1
+    for name, value in plain.network_.backbone.state_dict().items():
+        assert torch.equal(value, original[name])
+    changed = [
+        k for k, v in itpt.network_.backbone.state_dict().items() if not torch.equal(v, original[k])
+    ]
+    assert any("embeddings" in k for k in changed) and len(changed) > 5
+    again = BertTextClassifier(tiny_model, fine_tune="head", mlm_steps=6, **FAST).fit(X, Y)
+    np.testing.assert_array_equal(again.predict_proba(X), itpt.predict_proba(X))
+
+
+def test_within_task_pretraining_in_grid_search(tiny_bert):
+    grid = GridSearchCV(
+        BertTextClassifier(tiny_bert, **FAST), {"mlm_steps": [0, 3]}, cv=2, error_score="raise"
+    ).fit(X, Y)
+    assert list(grid.cv_results_["param_mlm_steps"]) == [0, 3]
+
+
+def test_fitted_estimator_as_model_starts_from_its_encoder(tiny_model, tmp_path):
+    first = BertTextClassifier(tiny_model, **FAST).fit(X, Y)
+    tuned = first.network_.backbone.state_dict()
+    second = BertTextClassifier(first, fine_tune="head", **FAST).fit(X, 1 - Y)
+    assert second.network_.backbone is not first.network_.backbone
+    for name, value in second.network_.backbone.state_dict().items():
+        assert torch.equal(value, tuned[name]), name
+    # the same through an exported checkpoint, and into the other estimator
+    path = first.save_pretrained(tmp_path / "task-a")
+    via_path = BertTextClassifier(path, fine_tune="head", **FAST).fit(X, 1 - Y)
+    np.testing.assert_allclose(via_path.predict_proba(X), second.predict_proba(X), atol=1e-6)
+    sentence = BertSentenceTransformer(first, device="cpu").fit(X)
+    from_path = BertSentenceTransformer(path, device="cpu").fit(X)
+    np.testing.assert_allclose(sentence.transform(X), from_path.transform(X), atol=1e-6)
+
+
+def test_exported_checkpoint_matches_the_fitted_encoder(tiny_bert, tmp_path):
+    from transformers import AutoModel
+
+    est = BertSentenceTransformer(tiny_bert, fine_tune="full", **FAST)
+    est.fit(np.array([[a, b] for a, b in zip(POS, NEG, strict=True)], dtype=object),
+            np.linspace(0, 5, 5))  # fmt: skip
+    path = est.save_pretrained(tmp_path / "sbert")
+    reloaded = AutoModel.from_pretrained(path)
+    for name, value in est.network_.backbone.state_dict().items():
+        assert torch.equal(value, reloaded.state_dict()[name]), name
+    again = BertSentenceTransformer(path, device="cpu").fit(X)
+    np.testing.assert_allclose(again.transform(X), est.transform(X), atol=1e-6)
+    with pytest.raises(NotFittedError):
+        BertSentenceTransformer(tiny_bert).save_pretrained(tmp_path / "nothing")
+
+
+def test_clone_unfits_the_model_parameter_and_frozen_estimator_keeps_it(tiny_bert):
+    first = BertTextClassifier(tiny_bert, **FAST).fit(X, Y)
+    with pytest.raises(ValueError, match="is not fitted.*FrozenEstimator"):
+        clone(BertTextClassifier(first, **FAST)).fit(X, Y)
+    grid = GridSearchCV(
+        BertTextClassifier(FrozenEstimator(first), **FAST),
+        {"fine_tune": ["head", "full"]},
+        cv=2,
+        error_score="raise",
+    ).fit(X, Y)
+    assert grid.best_estimator_.network_.backbone is not first.network_.backbone
