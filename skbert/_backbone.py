@@ -14,6 +14,8 @@ __all__ = [
     "resolve_model",
     "fitted_encoder_source",
     "locate_model",
+    "local_directory",
+    "load_tokenizer_and_config",
     "loading_errors",
     "load_backbone",
     "quiet_loading",
@@ -135,6 +137,41 @@ def locate_model(model: str) -> str:
     if looks_like_path and not os.path.isdir(source):
         raise OSError(f"model={model!r}: no such directory. {_how_to_get(model)}")
     return source
+
+
+def local_directory(model):
+    """The local folder ``model`` loads from (a directory, or its Hugging Face cache
+    snapshot), or None when it has none (e.g. a hub id not downloaded yet)."""
+    source = locate_model(model)
+    if os.path.isdir(source):
+        return source
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(source, local_files_only=True)
+    except Exception:  # not in the cache, or not a valid repo id: no local folder
+        return None
+
+
+_TEXT_SIDE: dict = {}
+
+
+def load_tokenizer_and_config(directory):
+    """``(tokenizer, config)`` of a checkpoint folder, memoised per process on its files.
+
+    Tokenizers are only read by skbert, never changed, so one object can serve many fits.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    from ._feature_cache import directory_fingerprint
+
+    key = (os.path.abspath(directory), directory_fingerprint(directory))
+    if key not in _TEXT_SIDE:
+        with quiet_loading(), loading_errors(directory, directory):
+            tokenizer = AutoTokenizer.from_pretrained(directory, use_fast=True)
+            config = AutoConfig.from_pretrained(directory)
+        _TEXT_SIDE[key] = (tokenizer, config)
+    return _TEXT_SIDE[key]
 
 
 @contextlib.contextmanager

@@ -108,27 +108,9 @@ class BertEstimatorBase(BaseEstimator):
         ``max_length_`` and ``layers_``.
         """
         tokenizer, backbone = load_backbone(self.model)
-        limit = model_max_length(tokenizer, backbone.config)
-        max_length = limit if self.max_length is None else self.max_length
-        if max_length > limit:
-            raise ValueError(
-                f"max_length={self.max_length} exceeds this model's limit of {limit} tokens; "
-                f"use max_length <= {limit} or None (the model's limit)."
-            )
-        specials = SpecialTokens.from_tokenizer(tokenizer)
-        budget = max_length - specials.n_single
-        if self.truncation == "head+tail" and self.head_length >= budget:
-            raise ValueError(
-                f"head_length={self.head_length} leaves no room for the tail: with "
-                f"max_length={max_length} and {specials.n_single} special tokens, "
-                f"truncation='head+tail' needs head_length < {budget}."
-            )
-        layers = check_layers(self.layer, backbone.config.num_hidden_layers + 1)
-        self.tokenizer_ = tokenizer
-        self.special_tokens_ = specials
-        self.max_length_ = max_length
-        self.layers_ = layers
+        self._set_text_state(tokenizer, backbone.config)
         hidden = backbone.config.hidden_size
+        layers = self.layers_
         token_dim = hidden * len(layers) if self.layer_combine == "concat" else hidden
         cnn_params = {}
         if self.pooling == "cnn":
@@ -143,6 +125,30 @@ class BertEstimatorBase(BaseEstimator):
             pooling=pooling,
             chunk_pooling=make_chunk_pooling(self.chunk_pooling, pooled_dim),
         ).eval()
+
+    def _set_text_state(self, tokenizer, config):
+        """Check the length settings against the model; set ``tokenizer_``,
+        ``special_tokens_``, ``max_length_`` and ``layers_``."""
+        limit = model_max_length(tokenizer, config)
+        max_length = limit if self.max_length is None else self.max_length
+        if max_length > limit:
+            raise ValueError(
+                f"max_length={self.max_length} exceeds this model's limit of {limit} tokens; "
+                f"use max_length <= {limit} or None (the model's limit)."
+            )
+        specials = SpecialTokens.from_tokenizer(tokenizer)
+        budget = max_length - specials.n_single
+        if self.truncation == "head+tail" and self.head_length >= budget:
+            raise ValueError(
+                f"head_length={self.head_length} leaves no room for the tail: with "
+                f"max_length={max_length} and {specials.n_single} special tokens, "
+                f"truncation='head+tail' needs head_length < {budget}."
+            )
+        layers = check_layers(self.layer, config.num_hidden_layers + 1)
+        self.tokenizer_ = tokenizer
+        self.special_tokens_ = specials
+        self.max_length_ = max_length
+        self.layers_ = layers
 
     # ------------------------------------------------------------------ inference
     def _encode(self, first, second=None):
@@ -215,19 +221,29 @@ class BertEstimatorBase(BaseEstimator):
         self._low_precision = ((id(network), str(device), dtype), low)
         return low
 
-    def _forward_all(self, first, second=None, *, desc="Encoding") -> np.ndarray:
-        """``network_`` output for every text (or pair), float32, in input order."""
+    def _forward_all(self, first, second=None, *, desc="Encoding", all_layers=False):
+        """``network_`` output for every text (or pair), float32, in input order.
+
+        With ``all_layers``, :meth:`SentenceEncoder.all_layer_vectors` instead: shape
+        ``(n, 3, n_hidden_states, hidden)``.
+        """
         import torch
         from tqdm.auto import tqdm
 
         device, dtype = self._device_and_dtype()
         network = self._inference_network(device, dtype)
         encoded = self._encode(first, second)
-        out = np.empty((len(encoded), network.output_dim), dtype=np.float32)
+        if all_layers:
+            config = network.backbone.config
+            shape = (3, config.num_hidden_layers + 1, config.hidden_size)
+            forward = network.all_layer_vectors
+        else:
+            shape, forward = (network.output_dim,), network
+        out = np.empty((len(encoded), *shape), dtype=np.float32)
         batches = list(length_batches(encoded, self.batch_size))
         with torch.inference_mode():
             for batch in tqdm(batches, desc=desc, unit="batch", disable=not self.verbose):
-                vectors = network(**self._batch_tensors(encoded, batch, device)).float()
+                vectors = forward(**self._batch_tensors(encoded, batch, device)).float()
                 out[batch] = vectors.cpu().numpy()
         return out
 

@@ -93,6 +93,32 @@ class SentenceEncoder(nn.Module):
         stacked = torch.stack(states, dim=0)
         return stacked.mean(dim=0) if self.layer_combine == "mean" else stacked.amax(dim=0)
 
+    def all_layer_vectors(
+        self, input_ids, attention_mask, token_type_ids=None, owner=None, n_texts=None
+    ) -> torch.Tensor:
+        """[CLS], mean and max pooling of every hidden state, from one forward pass.
+
+        Returns ``(n_texts, 3, n_hidden_states, hidden)``; chunks of one text (``owner``) are
+        combined per pooling and layer by ``chunk_pooling``. Feeds the frozen-feature cache.
+        """
+        from .pooling import make_pooling
+
+        full = not self.training and bool(attention_mask.all())
+        kwargs = {"input_ids": input_ids, "attention_mask": None if full else attention_mask}
+        if self.uses_token_types and token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        out = self.backbone(**kwargs, output_hidden_states=True, return_dict=True)
+        per_pooling = []
+        for name in ("cls", "mean", "max"):
+            pool = make_pooling(name)
+            per_pooling.append(torch.stack([pool(h, attention_mask) for h in out.hidden_states], 1))
+        vectors = torch.stack(per_pooling, dim=1)  # (rows, 3, layers, hidden)
+        if owner is None:
+            return vectors
+        shape = vectors.shape[1:]
+        combined = self.chunk_pooling(vectors.reshape(len(vectors), -1), owner, n_texts)
+        return combined.reshape(n_texts, *shape)
+
     # Pickling: transformers 5 attaches hooks made of local functions to its models, which
     # pickle cannot store; the backbone travels as (class, config, CPU state dict) instead.
     def __getstate__(self):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import StrOptions
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
@@ -91,6 +94,17 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         Autocast precision of the forward pass. ``"auto"`` is bf16 (or fp16) on CUDA and fp32
         elsewhere; ``"bf16"`` is much faster on CPUs with bf16 instructions (AVX512-BF16, AMX).
         The output is always float32.
+    memory : None, str, path-like or joblib.Memory, default=None
+        Frozen-feature cache (``fine_tune="none"`` only; ignored when training), like
+        ``Pipeline(memory=...)``: a directory, or a ``joblib.Memory`` whose location is used.
+        One forward pass per text stores [CLS], mean and max pooling of every layer, under a
+        key of the model's weights and tokenizer (a hash of its files), the truncation
+        settings, device type and precision; every ``pooling`` x ``layer`` x
+        ``layer_combine`` is then read from it, so ``GridSearchCV`` over them costs about one
+        forward pass. ``fit`` then loads the encoder only if a text is missing from the
+        cache. Safe with ``n_jobs > 1`` (processes may compute a text twice, never corrupt
+        the cache). About ``12 * hidden * (n_layers + 1)`` bytes per distinct text (32 KB for
+        MiniLM); delete the folder to clear it.
     verbose : int, default=0
         If > 0, show a progress bar over batches and say how many texts were truncated.
 
@@ -140,6 +154,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         "normalize": ["boolean"],
         "fine_tune": [StrOptions({"none", "head", "full"})],
         "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax"})],
+        "memory": [None, str, os.PathLike, HasMethods(["cache"])],
     }
 
     def __init__(
@@ -170,6 +185,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         batch_size=32,
         device="auto",
         precision="auto",
+        memory=None,
         verbose=0,
     ):
         self.model = model
@@ -197,6 +213,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self.batch_size = batch_size
         self.device = device
         self.precision = precision
+        self.memory = memory
         self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -227,13 +244,114 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         trains = self.fine_tune != "none"
         self._check_trainable_choices(trains=trains)
         if not trains:
-            self.network_ = self._build_encoder()
-            self._n_features_out = self.network_.output_dim
+            self.__dict__.pop("_deferred_network", None)
+            if self._cache_root() is not None:
+                self._fit_for_cache()
+            else:
+                self.network_ = self._build_encoder()
+                self._n_features_out = self.network_.output_dim
             return self
+        self.__dict__.pop("_deferred_network", None)
         self._fit_objective(first, second, y)
         self._n_features_out = self.network_.output_dim
         return self
 
+    # ------------------------------------------------------------------ feature cache
+    def _cache_root(self):
+        """The cache directory in force, or None (no ``memory``, or training)."""
+        from sklearn.utils.validation import check_memory
+
+        if self.memory is None or self.fine_tune != "none":
+            return None
+        memory = os.fspath(self.memory) if isinstance(self.memory, os.PathLike) else self.memory
+        return check_memory(memory).location
+
+    def _fit_for_cache(self):
+        """``fit`` with a cache: fingerprint the model; load its weights only when needed."""
+        from ._backbone import fitted_encoder_source, load_tokenizer_and_config, local_directory
+        from ._feature_cache import directory_fingerprint, state_fingerprint
+
+        self.__dict__.pop("network_", None)
+        self.__dict__.pop("_low_precision", None)
+        directory = None if fitted_encoder_source(self.model) else local_directory(self.model)
+        if directory is not None:
+            tokenizer, config = load_tokenizer_and_config(directory)
+            self._set_text_state(tokenizer, config)
+            self.feature_fingerprint_ = directory_fingerprint(directory)
+            self._deferred_network = True  # built by __getattr__ on first use
+            hidden = config.hidden_size
+        else:  # a fitted estimator, or a model that is not in a local folder
+            self.network_ = self._build_encoder()
+            self.feature_fingerprint_ = state_fingerprint(self.network_.backbone, self.tokenizer_)
+            hidden = self.network_.backbone.config.hidden_size
+        concat = self.layer_combine == "concat"
+        self._n_features_out = hidden * len(self.layers_) if concat else hidden
+
+    def __getattr__(self, name):
+        # network_ of a fit that deferred loading the encoder (see `memory`)
+        if name == "network_" and self.__dict__.get("_deferred_network"):
+            del self.__dict__["_deferred_network"]
+            self.network_ = self._build_encoder()
+            return self.network_
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _cached_transform(self, first, second, root) -> np.ndarray:
+        from ._feature_cache import (
+            assemble,
+            decomposable,
+            get_store,
+            state_fingerprint,
+            text_digests,
+        )
+
+        if not hasattr(self, "feature_fingerprint_"):  # fitted before `memory` was set
+            network = self.network_
+            self.feature_fingerprint_ = state_fingerprint(network.backbone, self.tokenizer_)
+        device, dtype = self._device_and_dtype()
+        chunks = self.truncation == "chunks"
+        layers = self.layers_
+        whole = decomposable(self.pooling, len(layers), self.layer_combine, chunks,
+                             self.chunk_pooling)  # fmt: skip
+        key = {
+            "model": self.feature_fingerprint_,
+            "truncation": self.truncation,
+            "max_length": self.max_length_,
+            "head_length": self.head_length if self.truncation == "head+tail" else None,
+            "max_chunks": self.max_chunks if chunks else None,
+            "chunk_pooling": self.chunk_pooling if chunks else None,
+            "device": device.type,
+            "precision": str(dtype),
+            "readout": "all layers" if whole else [self.pooling, list(layers), self.layer_combine],
+        }
+        store = get_store(root, key)
+        digests = text_digests(first, second)
+        out = np.empty((len(first), self._n_features_out), dtype=np.float32)
+        n_computed = 0
+        for start in range(0, len(first), 4096):  # bounded memory for large inputs
+            block = np.arange(start, min(start + 4096, len(first)))
+            values, missing = store.read(digests[block])
+            if len(missing):
+                rows = block[missing]
+                computed = self._forward_all(
+                    [first[i] for i in rows],
+                    None if second is None else [second[i] for i in rows],
+                    all_layers=whole,
+                )
+                store.write(digests[rows], computed)
+                if values is None:
+                    values = np.empty((len(block), *computed.shape[1:]), dtype=np.float32)
+                values[missing] = computed
+                n_computed += len(rows)
+            if whole:
+                values = assemble(values, self.pooling, layers, self.layer_combine)
+            out[block] = values
+        if self.verbose:
+            name, n = type(self).__name__, len(first)
+            print(f"{name}: {n - n_computed} of {n} texts read from the feature cache, "
+                  f"{n_computed} encoded.", file=sys.stderr)  # fmt: skip
+        return out
+
+    # ------------------------------------------------------------------ training
     def _resolve_objective(self, second, y) -> str:
         if y is None:
             raise ValueError(
@@ -349,7 +467,11 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         """
         check_is_fitted(self)
         first, second = check_texts(X)
-        vectors = self._forward_all(first, second)
+        root = self._cache_root()
+        if root is not None:
+            vectors = self._cached_transform(first, second, root)
+        else:
+            vectors = self._forward_all(first, second)
         if self.normalize:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
