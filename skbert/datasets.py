@@ -35,12 +35,18 @@ def get_data_home(data_home=None) -> Path:
     return Path(data_home).expanduser()
 
 
-def _require(path: Path, name: str, source: str) -> Path:
+def _require(path: Path, name: str, source: str, download: bool = False) -> Path:
+    """``path``, fetched first when missing and ``download``; else a clear error."""
+    if not path.is_file() and download:
+        from ._fetch import fetch
+
+        fetch(path.parent.name, path.parent)
     if not path.is_file():
         raise FileNotFoundError(
             f"{name}: {path} not found. Put the files of {source} in "
             f"{path.parent} (or point data_home / the SKBERT_DATA environment variable at the "
-            "folder that holds them)."
+            "folder that holds them), or pass download_if_missing=True to fetch them from "
+            "their public source."
         )
     return path
 
@@ -50,7 +56,7 @@ def _check_split(split, allowed):
         raise ValueError(f"split={split!r} is not allowed; use one of {sorted(allowed)}.")
 
 
-def load_stsb(split="test", *, data_home=None, return_X_y=False):
+def load_stsb(split="test", *, data_home=None, return_X_y=False, download_if_missing=False):
     """Load the STS Benchmark (Cer et al. 2017): sentence pairs with similarity scores 0-5.
 
     Parameters
@@ -61,6 +67,9 @@ def load_stsb(split="test", *, data_home=None, return_X_y=False):
     return_X_y : bool, default=False
         Return ``(X, y)`` instead of a Bunch.
 
+    download_if_missing : bool, default=False
+        Fetch the files from the canonical public source into ``data_home`` when they are
+        missing (needs network access).
     Returns
     -------
     Bunch with ``data`` (object array of shape (n, 2): the sentence pairs), ``target`` (float
@@ -71,6 +80,7 @@ def load_stsb(split="test", *, data_home=None, return_X_y=False):
         get_data_home(data_home) / "stsb" / _STSB_FILES[split],
         "load_stsb",
         "the STS Benchmark (Stsbenchmark.tar.gz, folder stsbenchmark/)",
+        download_if_missing,
     )
     pairs, scores, genres = [], [], []
     with open(path, encoding="utf-8") as handle:
@@ -87,7 +97,7 @@ def load_stsb(split="test", *, data_home=None, return_X_y=False):
     return Bunch(data=data, target=target, genre=np.asarray(genres, dtype=object))
 
 
-def load_sst2(split="train", *, data_home=None, return_X_y=False):
+def load_sst2(split="train", *, data_home=None, return_X_y=False, download_if_missing=False):
     """Load SST-2 binary sentiment (GLUE train / dev, labelled test; SentEval's copy).
 
     Parameters
@@ -98,6 +108,9 @@ def load_sst2(split="train", *, data_home=None, return_X_y=False):
         Folder holding ``sst2-senteval/sentiment-{split}``; see :func:`get_data_home`.
     return_X_y : bool, default=False
 
+    download_if_missing : bool, default=False
+        Fetch the files from the canonical public source into ``data_home`` when they are
+        missing (needs network access).
     Returns
     -------
     Bunch with ``data`` (object array of lower-cased, tokenised sentences) and ``target``
@@ -108,6 +121,7 @@ def load_sst2(split="train", *, data_home=None, return_X_y=False):
         get_data_home(data_home) / "sst2-senteval" / f"sentiment-{split}",
         "load_sst2",
         "SentEval's SST-2 (data/downstream/SST/binary)",
+        download_if_missing,
     )
     sentences, labels = [], []
     with open(path, encoding="utf-8") as handle:
@@ -122,7 +136,9 @@ def load_sst2(split="train", *, data_home=None, return_X_y=False):
     return Bunch(data=data, target=target, target_names=np.asarray(["negative", "positive"]))
 
 
-def load_imdb_sample(split="train", *, data_home=None, return_X_y=False, clean_html=True):
+def load_imdb_sample(
+    split="train", *, data_home=None, return_X_y=False, clean_html=True, download_if_missing=False
+):
     """Load the 1,000-review IMDb sample (Maas et al. 2011): long movie reviews, 2 classes.
 
     Parameters
@@ -135,6 +151,9 @@ def load_imdb_sample(split="train", *, data_home=None, return_X_y=False, clean_h
     clean_html : bool, default=True
         Replace the ``<br />`` tags of the reviews with spaces.
 
+    download_if_missing : bool, default=False
+        Fetch the files from the canonical public source into ``data_home`` when they are
+        missing (needs network access).
     Returns
     -------
     Bunch with ``data`` (object array of reviews) and ``target`` ("negative" / "positive");
@@ -145,6 +164,7 @@ def load_imdb_sample(split="train", *, data_home=None, return_X_y=False, clean_h
         get_data_home(data_home) / "imdb-sample" / "texts.csv",
         "load_imdb_sample",
         "the IMDb sample (texts.csv: label,text,is_valid)",
+        download_if_missing,
     )
     want = "True" if split == "valid" else "False"
     texts, labels = [], []
@@ -164,7 +184,9 @@ def load_imdb_sample(split="train", *, data_home=None, return_X_y=False, clean_h
     return Bunch(data=data, target=target)
 
 
-def load_trec(split="train", *, data_home=None, return_X_y=False, fine=False):
+def load_trec(
+    split="train", *, data_home=None, return_X_y=False, fine=False, download_if_missing=False
+):
     """Load TREC question classification (Li & Roth 2002).
 
     Parameters
@@ -177,6 +199,9 @@ def load_trec(split="train", *, data_home=None, return_X_y=False, fine=False):
     fine : bool, default=False
         Use the 50 fine classes (``"NUM:dist"``) instead of the 6 coarse ones (``"NUM"``).
 
+    download_if_missing : bool, default=False
+        Fetch the files from the canonical public source into ``data_home`` when they are
+        missing (needs network access).
     Returns
     -------
     Bunch with ``data`` (object array of questions) and ``target`` (class names); or
@@ -184,7 +209,12 @@ def load_trec(split="train", *, data_home=None, return_X_y=False, fine=False):
     """
     _check_split(split, {"train", "test"})
     name = "train_5500.label" if split == "train" else "TREC_10.label"
-    path = _require(get_data_home(data_home) / "trec" / name, "load_trec", "TREC (Li & Roth)")
+    path = _require(
+        get_data_home(data_home) / "trec" / name,
+        "load_trec",
+        "TREC (Li & Roth)",
+        download_if_missing,
+    )
     questions, labels = [], []
     with open(path, encoding="latin-1") as handle:
         for line in handle:
@@ -198,7 +228,7 @@ def load_trec(split="train", *, data_home=None, return_X_y=False, fine=False):
     return Bunch(data=data, target=target)
 
 
-def load_snli(split="dev", *, data_home=None, return_X_y=False):
+def load_snli(split="dev", *, data_home=None, return_X_y=False, download_if_missing=False):
     """Load SNLI 1.0 (Bowman et al. 2015) as sentence pairs with entailment labels.
 
     SentEval's copy, without the pairs that had no gold label; only ``dev`` and ``test`` are
@@ -211,6 +241,9 @@ def load_snli(split="dev", *, data_home=None, return_X_y=False):
         Folder holding ``snli-senteval/s1.{split}``, ``s2.{split}``, ``labels.{split}``.
     return_X_y : bool, default=False
 
+    download_if_missing : bool, default=False
+        Fetch the files from the canonical public source into ``data_home`` when they are
+        missing (needs network access).
     Returns
     -------
     Bunch with ``data`` (object array of shape (n, 2): premise, hypothesis) and ``target``
@@ -221,7 +254,7 @@ def load_snli(split="dev", *, data_home=None, return_X_y=False):
     source = "SentEval's SNLI (data/downstream/SNLI)"
     columns = []
     for stem in ("s1", "s2", "labels"):
-        path = _require(folder / f"{stem}.{split}", "load_snli", source)
+        path = _require(folder / f"{stem}.{split}", "load_snli", source, download_if_missing)
         with open(path, encoding="utf-8") as handle:
             columns.append([line.rstrip("\n").strip() for line in handle])
     if len({len(c) for c in columns}) != 1:
