@@ -19,10 +19,11 @@ def test_notebook_is_committed_without_outputs():
 
 @pytest.mark.real_model
 def test_getting_started_notebook_runs(packaged_model, tmp_path):
-    nbformat = pytest.importorskip("nbformat", reason="needs nbformat (extra 'test')")
-    nbclient = pytest.importorskip("nbclient", reason="needs nbclient (extra 'test')")
-    pytest.importorskip("ipykernel", reason="needs ipykernel (extra 'test')")
-    pytest.importorskip("pandas", reason="the notebook's tables need pandas (extra 'test')")
+    # the Jupyter packages come with the 'test' extra: pip install -e ".[test]"
+    nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (extra 'test')")
+    nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (extra 'test')")
+    pytest.importorskip("ipykernel", reason="ipykernel is not installed (extra 'test')")
+    pytest.importorskip("pandas", reason="the notebook needs pandas (extra 'test')")
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
