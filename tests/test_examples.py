@@ -30,3 +30,28 @@ def test_choi2021_grid_runs_on_albert(tiny_albert, data_home, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "CNN-SBERT > SBERT (mean)" in out and "cnn" in out
     assert chart.stat().st_size > 10_000
+
+
+@pytest.mark.shared_data
+def test_few_shot_curve_runs(tiny_bert, data_home, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    example = load_example("few_shot_sun2019")
+    chart = tmp_path / "curve.png"
+    results = example.main(["--model", tiny_bert, "--data-home", str(data_home), "--quick",
+                            "--output", str(chart)])  # fmt: skip
+    assert set(results) == set(example.METHODS)
+    for method in example.METHODS:
+        assert sorted(results[method]) == [16, 64]
+        assert all(0 <= mean <= 1 and draws == 3 for mean, _, draws in results[method].values())
+    assert "ITPT + fine-tuned" in capsys.readouterr().out
+    assert chart.stat().st_size > 10_000
+
+
+@pytest.mark.shared_data
+def test_itpt_comparison_runs(tiny_bert, data_home, capsys):
+    example = load_example("itpt_imdb_sun2019")
+    errors = example.main(["--model", tiny_bert, "--data-home", str(data_home), "--quick"])
+    assert set(errors) == {"BERT-FiT", "BERT-ITPT-FiT"}
+    assert all(len(v) == 1 and 0 <= v[0] <= 100 for v in errors.values())
+    out = capsys.readouterr().out
+    assert "masked-LM loss per pass" in out and "4.37" in out
