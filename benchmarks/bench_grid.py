@@ -84,8 +84,9 @@ def main():
     X, y = X[pick], y[pick]
     one = {"bert__pooling": ["mean"], "bert__layer": [-1]}
     grid = {"bert__pooling": POOLINGS, "bert__layer": LAYERS}
+    threads, load = torch.get_num_threads(), os.getloadavg()[0]
     print(f"{len(X)} SST-2 sentences, max_length 64, cv=3; CPU: {cpu_model()}, "
-          f"{torch.get_num_threads()} torch threads; load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+          f"{threads} torch threads; load average {load:.2f}")  # fmt: skip
 
     times = {}
     times["one"], _ = search(X, y, one, None)

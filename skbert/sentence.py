@@ -467,15 +467,18 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         """
         check_is_fitted(self)
         first, second = check_texts(X)
-        root = self._cache_root()
-        if root is not None:
-            vectors = self._cached_transform(first, second, root)
-        else:
-            vectors = self._forward_all(first, second)
+        vectors = self._vectors(first, second)
         if self.normalize:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
         return vectors
+
+    def _vectors(self, first, second=None) -> np.ndarray:
+        """Unnormalised vectors, from the feature cache when ``memory`` is in force."""
+        root = self._cache_root()
+        if root is not None:
+            return self._cached_transform(first, second, root)
+        return self._forward_all(first, second)
 
     def similarity(self, X):
         """Cosine similarity of the two sentences of each pair.
@@ -495,7 +498,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         first, second = check_texts(X)
         if second is None:
             raise ValueError("similarity takes sentence pairs: X must have 2 columns.")
-        vectors = self._forward_all(first + second)
+        vectors = self._vectors(first + second)
         return paired_cosine(vectors[: len(first)], vectors[len(first) :])
 
     def score(self, X, y):

@@ -147,3 +147,16 @@ def test_decomposable_rule():
     assert not decomposable("max", 3, "mean", False, "mean")
     assert not decomposable("mean", 3, "max", False, "mean")
     assert not decomposable("mean", 3, "mean", True, "max")
+
+
+def test_similarity_and_score_use_the_cache(tiny_bert, tmp_path):
+    pairs = np.array([["the cat sat", "a dog sat"], ["good film", "bad movie"],
+                      ["the mat", "the cat"]], dtype=object)  # fmt: skip
+    scores = np.array([3.0, 1.0, 2.0])
+    plain = make(tiny_bert).fit(pairs)
+    cached = make(tiny_bert, memory=tmp_path).fit(pairs)
+    np.testing.assert_allclose(cached.similarity(pairs), plain.similarity(pairs), atol=1e-6)
+    assert cached.score(pairs, scores) == pytest.approx(plain.score(pairs, scores))
+    again = make(tiny_bert, memory=tmp_path, pooling="max").fit(pairs)
+    again.similarity(pairs)
+    assert "network_" not in vars(again)  # served by the first one's forward pass
