@@ -11,7 +11,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from ._backbone import SpecialTokens, load_backbone, model_max_length, quiet_loading
-from ._encoding import encode_texts, length_batches, pad_batch
+from ._encoding import encode_texts, pad_batch, row_batches, stack_rows
 from ._network import SentenceEncoder, check_layers
 from .pooling import (
     CHUNK_POOLINGS,
@@ -224,7 +224,10 @@ class BertEstimatorBase(BaseEstimator):
     def _forward_all(self, first, second=None, *, desc="Encoding", all_layers=False):
         """``network_`` output for every text (or pair), float32, in input order.
 
-        With ``all_layers``, :meth:`SentenceEncoder.all_layer_vectors` instead: shape
+        Rows (a text, or each chunk of one) are encoded in batches of equal length with no
+        padding (:func:`~skbert._encoding.row_batches`), so a text's output does not depend on
+        the other texts; then the chunks of each text are pooled (and a task head applied).
+        With ``all_layers``, :meth:`SentenceEncoder.all_layer_rows` instead: shape
         ``(n, 3, n_hidden_states, hidden)``.
         """
         import torch
@@ -233,19 +236,31 @@ class BertEstimatorBase(BaseEstimator):
         device, dtype = self._device_and_dtype()
         network = self._inference_network(device, dtype)
         encoded = self._encode(first, second)
+        rows = [row for text_rows in encoded.rows for row in text_rows]
+        owner = np.repeat(np.arange(len(encoded)), [len(r) for r in encoded.rows])
         if all_layers:
-            config = network.backbone.config
-            shape = (3, config.num_hidden_layers + 1, config.hidden_size)
-            forward = network.all_layer_vectors
+            encode, combine = network.all_layer_rows, network.combine_all_layers
         else:
-            shape, forward = (network.output_dim,), network
-        out = np.empty((len(encoded), *shape), dtype=np.float32)
-        batches = list(length_batches(encoded, self.batch_size))
+            encode, combine = network.encode_rows, network.combine
+        out = None  # (n_rows, ...) float32, allocated once the row width is known
+        batches = list(row_batches([len(ids) for ids, _ in rows], self.batch_size))
         with torch.inference_mode():
             for batch in tqdm(batches, desc=desc, unit="batch", disable=not self.verbose):
-                vectors = forward(**self._batch_tensors(encoded, batch, device)).float()
-                out[batch] = vectors.cpu().numpy()
-        return out
+                ids, types = stack_rows([rows[r] for r in batch])
+                ids = torch.from_numpy(ids).to(device)
+                vectors = encode(ids, torch.ones_like(ids), torch.from_numpy(types).to(device))
+                if out is None:
+                    out = np.empty((len(rows), *vectors.shape[1:]), dtype=np.float32)
+                out[batch] = vectors.float().cpu().numpy()
+            chunked = len(rows) > len(encoded)
+            param = next(network.parameters())
+            vectors = torch.from_numpy(out).to(device=device, dtype=param.dtype)
+            texts = combine(
+                vectors,
+                torch.from_numpy(owner).to(device) if chunked else None,
+                len(encoded),
+            )
+            return texts.float().cpu().numpy()
 
     # ------------------------------------------------------------------ sklearn plumbing
     def __sklearn_tags__(self):

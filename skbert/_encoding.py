@@ -8,7 +8,7 @@ import numpy as np
 
 from .truncation import split_chunks, truncate, truncate_pair
 
-__all__ = ["Encoded", "encode_texts", "length_batches", "pad_batch"]
+__all__ = ["Encoded", "encode_texts", "length_batches", "pad_batch", "row_batches", "stack_rows"]
 
 
 @dataclass
@@ -147,3 +147,39 @@ def pad_batch(encoded: Encoded, indices, pad_id: int):
         token_types[r, : len(types)] = types
         mask[r, : len(ids)] = 1
     return input_ids, mask, token_types, owner
+
+
+def row_batches(lengths, batch_size: int):
+    """Inference batches of rows that all have the same number of tokens: no padding at all.
+
+    Without padding a row's output does not depend on the rows it shares a batch with (checked
+    bit for bit on the CPU for batch sizes 1 to 64), so a text gets the same vector whatever else
+    is encoded with it, and the forward pass needs no attention mask. A batch holds up to
+    ``batch_size * TOKENS_PER_TEXT`` token positions (at least one row); the longest rows come
+    first, so that an out-of-memory error shows at once.
+
+    Parameters
+    ----------
+    lengths : array-like of int
+        Tokens per row.
+    batch_size : int
+
+    Yields
+    ------
+    ndarray of int
+        Row positions of one batch.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    budget = batch_size * TOKENS_PER_TEXT
+    for length in np.unique(lengths)[::-1]:
+        rows = np.flatnonzero(lengths == length)
+        per_batch = max(1, budget // int(length))
+        for start in range(0, len(rows), per_batch):
+            yield rows[start : start + per_batch]
+
+
+def stack_rows(rows):
+    """``(input_ids, token_type_ids)`` arrays of rows of one length (see :func:`row_batches`)."""
+    input_ids = np.array([ids for ids, _ in rows], dtype=np.int64)
+    token_types = np.array([types for _, types in rows], dtype=np.int64)
+    return input_ids, token_types

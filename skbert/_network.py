@@ -93,13 +93,11 @@ class SentenceEncoder(nn.Module):
         stacked = torch.stack(states, dim=0)
         return stacked.mean(dim=0) if self.layer_combine == "mean" else stacked.amax(dim=0)
 
-    def all_layer_vectors(
-        self, input_ids, attention_mask, token_type_ids=None, owner=None, n_texts=None
-    ) -> torch.Tensor:
+    def all_layer_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         """[CLS], mean and max pooling of every hidden state, from one forward pass.
 
-        Returns ``(n_texts, 3, n_hidden_states, hidden)``; chunks of one text (``owner``) are
-        combined per pooling and layer by ``chunk_pooling``. Feeds the frozen-feature cache.
+        Returns ``(n_rows, 3, n_hidden_states, hidden)``; :meth:`combine_all_layers` pools the
+        chunks of a text. Feeds the frozen-feature cache.
         """
         from .pooling import make_pooling
 
@@ -112,11 +110,14 @@ class SentenceEncoder(nn.Module):
         for name in ("cls", "mean", "max"):
             pool = make_pooling(name)
             per_pooling.append(torch.stack([pool(h, attention_mask) for h in out.hidden_states], 1))
-        vectors = torch.stack(per_pooling, dim=1)  # (rows, 3, layers, hidden)
+        return torch.stack(per_pooling, dim=1)  # (rows, 3, layers, hidden)
+
+    def combine_all_layers(self, rows, owner=None, n_texts=None) -> torch.Tensor:
+        """:meth:`combine` for :meth:`all_layer_rows` output, per pooling and layer."""
         if owner is None:
-            return vectors
-        shape = vectors.shape[1:]
-        combined = self.chunk_pooling(vectors.reshape(len(vectors), -1), owner, n_texts)
+            return rows
+        shape = rows.shape[1:]
+        combined = self.chunk_pooling(rows.reshape(len(rows), -1), owner, n_texts)
         return combined.reshape(n_texts, *shape)
 
     # Pickling: transformers 5 attaches hooks made of local functions to its models, which
@@ -140,11 +141,19 @@ class SentenceEncoder(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids=None, owner=None, n_texts=None):
         """Return ``(n_texts, output_dim)``; rows sharing an ``owner`` are chunks of one text."""
+        rows = self.encode_rows(input_ids, attention_mask, token_type_ids)
+        return self.combine(rows, owner, n_texts)
+
+    def encode_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        """One pooled vector per row (chunk): ``(n_rows, output_dim)``."""
         states = self.token_states(input_ids, attention_mask, token_type_ids)
-        vectors = self.pooling(states, attention_mask)
+        return self.pooling(states, attention_mask)
+
+    def combine(self, rows, owner=None, n_texts=None) -> torch.Tensor:
+        """Text vectors from row vectors: the chunks of a text (same ``owner``) pooled."""
         if owner is None:
-            return vectors
-        return self.chunk_pooling(vectors, owner, n_texts)
+            return rows
+        return self.chunk_pooling(rows, owner, n_texts)
 
 
 class TaskNetwork(nn.Module):
@@ -178,8 +187,16 @@ class TaskNetwork(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids=None, owner=None, n_texts=None):
         """Logits of shape ``(n_texts, n_outputs)``."""
-        vectors = self.encoder(input_ids, attention_mask, token_type_ids, owner, n_texts)
-        return self.head(self.dropout(vectors))
+        rows = self.encode_rows(input_ids, attention_mask, token_type_ids)
+        return self.combine(rows, owner, n_texts)
+
+    def encode_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        """The encoder's vector per row (chunk), before chunk pooling and the head."""
+        return self.encoder.encode_rows(input_ids, attention_mask, token_type_ids)
+
+    def combine(self, rows, owner=None, n_texts=None) -> torch.Tensor:
+        """Logits from row vectors: chunks pooled, then dropout and the head."""
+        return self.head(self.dropout(self.encoder.combine(rows, owner, n_texts)))
 
 
 class SiameseNetwork(nn.Module):

@@ -286,3 +286,15 @@ def test_pipeline_and_grid_search(tiny_bert, n_jobs):
     assert len(grid.cv_results_["params"]) == 4
     assert np.isfinite(grid.cv_results_["mean_test_score"]).all()
     assert grid.predict(X[:3]).shape == (3,)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"pooling": "max", "layer": (0, 2)}, {"truncation": "chunks", "max_length": 16}],
+)
+def test_a_text_vector_does_not_depend_on_the_other_texts(tiny_model, params):
+    texts = TEXTS + [LONG_TEXT, LONG_TEXT[:70], "the cat sat on the mat ."]
+    est = BertSentenceTransformer(tiny_model, device="cpu", batch_size=2, **params).fit(texts)
+    everything = est.transform(texts)
+    for subset in ([0, 3, 8], [9], list(range(len(texts)))[::-1]):
+        np.testing.assert_array_equal(est.transform([texts[i] for i in subset]), everything[subset])
