@@ -196,3 +196,22 @@ def test_clone_unfits_the_model_parameter_and_frozen_estimator_keeps_it(tiny_ber
         error_score="raise",
     ).fit(X, Y)
     assert grid.best_estimator_.network_.backbone is not first.network_.backbone
+
+
+def test_fast_masked_lm_loss_equals_the_models_own(tiny_model):
+    from skbert._network import MaskedLMNetwork
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tokenizer, mlm = load_masked_lm(tiny_model)
+    from transformers import DataCollatorForLanguageModeling
+
+    batch = DataCollatorForLanguageModeling(tokenizer, seed=0)(
+        masked_lm_windows(tokenizer, TEXTS + REPEATED[:4], 32)
+    )
+    network = MaskedLMNetwork(mlm).eval()
+    assert network._head() is not None  # BERT's `cls`, ALBERT's `predictions`
+    with torch.inference_mode():
+        expected = mlm(**batch).loss
+        fast = network(**dict(batch))
+    torch.testing.assert_close(fast, expected, rtol=1e-5, atol=1e-6)
