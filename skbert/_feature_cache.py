@@ -30,6 +30,8 @@ __all__ = [
     "FeatureStore",
     "assemble",
     "decomposable",
+    "readout_index",
+    "select",
     "directory_fingerprint",
     "get_store",
     "state_fingerprint",
@@ -56,9 +58,20 @@ def decomposable(pooling, n_layers, layer_combine, chunks, chunk_pooling) -> boo
     return token_ok and chunk_ok
 
 
-def assemble(stored: np.ndarray, pooling: str, layers, layer_combine: str) -> np.ndarray:
-    """Readout vectors from stored ``(n, 3, n_hidden_states, hidden)`` features."""
-    picked = stored[:, POOLING_INDEX[pooling]][:, list(layers)]  # (n, k, hidden)
+def readout_index(pooling: str, layers) -> tuple:
+    """The index into stored ``(n, 3, n_hidden_states, hidden)`` features that a readout reads:
+    its pooling and its layers, giving ``(n, len(layers), hidden)``."""
+    return (POOLING_INDEX[pooling], np.asarray(layers, dtype=np.intp))
+
+
+def select(stored: np.ndarray, index: tuple) -> np.ndarray:
+    """``stored[:, pooling, layers]`` for an :func:`readout_index`."""
+    pooling, layers = index
+    return stored[:, pooling][:, layers]
+
+
+def assemble(picked: np.ndarray, layer_combine: str) -> np.ndarray:
+    """Readout vectors from the ``(n, k, hidden)`` pooled vectors of its ``k`` layers."""
     if picked.shape[1] == 1:
         return np.ascontiguousarray(picked[:, 0])
     if layer_combine == "concat":
@@ -150,11 +163,12 @@ class FeatureStore:
             for row, digest in enumerate(keys.tolist()):
                 self._index[digest] = (name, row)
 
-    def read(self, digests: np.ndarray):
+    def read(self, digests: np.ndarray, index=None):
         """Stored vectors of the digests found; returns ``(values or None, missing indices)``.
 
         ``values`` has one row per digest (rows of missing digests are zeros); None when
-        nothing is stored yet.
+        nothing is stored yet. With ``index`` (a :func:`readout_index`), only that part of
+        each stored row is read from disk.
         """
         self._refresh()
         where = [self._index.get(d) for d in digests.tolist()]
@@ -167,13 +181,19 @@ class FeatureStore:
                 by_shard.setdefault(w[0], ([], []))
                 by_shard[w[0]][0].append(i)
                 by_shard[w[0]][1].append(w[1])
-        sample = next(iter(by_shard))
-        shape = self._shards[sample].shape[1:]
-        values = np.zeros((len(digests), *shape), dtype=np.float32)
+        values = None
         for name, (positions, rows) in by_shard.items():
             order = np.argsort(rows)  # read the memory map in file order
             rows_sorted = np.asarray(rows)[order]
-            values[np.asarray(positions)[order]] = self._shards[name][rows_sorted]
+            shard = self._shards[name]
+            if index is None:
+                part = shard[rows_sorted]
+            else:  # gather only the pooling and layers wanted: (n, k, hidden)
+                pooling, layers = index
+                part = shard[rows_sorted[:, None], pooling, layers[None, :]]
+            if values is None:
+                values = np.zeros((len(digests), *part.shape[1:]), dtype=np.float32)
+            values[np.asarray(positions)[order]] = part
         return values, missing
 
     def write(self, digests: np.ndarray, values: np.ndarray):

@@ -300,6 +300,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             assemble,
             decomposable,
             get_store,
+            readout_index,
+            select,
             state_fingerprint,
             text_digests,
         )
@@ -324,12 +326,13 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             "readout": "all layers" if whole else [self.pooling, list(layers), self.layer_combine],
         }
         store = get_store(root, key)
+        index = readout_index(self.pooling, layers) if whole else None
         digests = text_digests(first, second)
         out = np.empty((len(first), self._n_features_out), dtype=np.float32)
         n_computed = 0
         for start in range(0, len(first), 4096):  # bounded memory for large inputs
             block = np.arange(start, min(start + 4096, len(first)))
-            values, missing = store.read(digests[block])
+            values, missing = store.read(digests[block], index)
             if len(missing):
                 rows = block[missing]
                 computed = self._forward_all(
@@ -338,13 +341,13 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                     all_layers=whole,
                 )
                 store.write(digests[rows], computed)
+                if whole:
+                    computed = select(computed, index)
                 if values is None:
                     values = np.empty((len(block), *computed.shape[1:]), dtype=np.float32)
                 values[missing] = computed
                 n_computed += len(rows)
-            if whole:
-                values = assemble(values, self.pooling, layers, self.layer_combine)
-            out[block] = values
+            out[block] = assemble(values, self.layer_combine) if whole else values
         if self.verbose:
             name, n = type(self).__name__, len(first)
             print(f"{name}: {n - n_computed} of {n} texts read from the feature cache, "
