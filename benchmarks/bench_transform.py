@@ -123,11 +123,11 @@ def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> d
     """Token positions the forward passes see, under ST's and skbert's batching.
 
     ST sorts texts by character length and pads each batch of ``batch_size`` texts to its
-    longest member; skbert sorts by token count and fills each batch up to a token budget
-    (its own ``length_batches``).
+    longest member; skbert batches rows of equal token count up to a token budget, with no
+    padding (its own ``row_batches``).
     """
     from skbert import BertSentenceTransformer
-    from skbert._encoding import length_batches
+    from skbert._encoding import row_batches
 
     est = BertSentenceTransformer(path, batch_size=batch_size, device="cpu").fit(sentences[:1])
     encoded = est._encode(sentences)
@@ -137,7 +137,7 @@ def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> d
         int(lengths[by_chars[i : i + batch_size]].max()) * len(by_chars[i : i + batch_size])
         for i in range(0, len(by_chars), batch_size)
     )
-    ours = sum(int(lengths[b].max()) * len(b) for b in length_batches(encoded, batch_size))
+    ours = sum(int(lengths[b].max()) * len(b) for b in row_batches(lengths, batch_size))
     return {"tokens": int(lengths.sum()), "ST": st_positions, "skbert": ours}
 
 
