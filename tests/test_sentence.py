@@ -297,4 +297,11 @@ def test_a_text_vector_does_not_depend_on_the_other_texts(tiny_model, params):
     est = BertSentenceTransformer(tiny_model, device="cpu", batch_size=2, **params).fit(texts)
     everything = est.transform(texts)
     for subset in ([0, 3, 8], [9], list(range(len(texts)))[::-1]):
-        np.testing.assert_array_equal(est.transform([texts[i] for i in subset]), everything[subset])
+        part = est.transform([texts[i] for i in subset])
+        if "albert" in tiny_model and params.get("truncation") == "chunks":
+            # Padding-free batches remove the padding effect; whether a matrix product gives
+            # the same bits for a row at every batch size is up to the math library: for the
+            # tiny ALBERT's shapes it differs in the last bit (3e-8) here.
+            np.testing.assert_allclose(part, everything[subset], rtol=0, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(part, everything[subset])
