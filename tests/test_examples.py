@@ -16,7 +16,7 @@ def load_example(name):
 
 @pytest.mark.shared_data
 def test_choi2021_grid_runs_on_albert(tiny_albert, data_home, tmp_path, capsys):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="the example saves a chart: matplotlib (extra 'test')")
     example = load_example("choi2021_sentence_embeddings")
     chart = tmp_path / "chart.png"
     table = example.main(["--model", tiny_albert, "--data-home", str(data_home),
@@ -34,7 +34,7 @@ def test_choi2021_grid_runs_on_albert(tiny_albert, data_home, tmp_path, capsys):
 
 @pytest.mark.shared_data
 def test_few_shot_curve_runs(tiny_bert, data_home, tmp_path, capsys):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="the example saves a chart: matplotlib (extra 'test')")
     example = load_example("few_shot_sun2019")
     chart = tmp_path / "curve.png"
     results = example.main(["--model", tiny_bert, "--data-home", str(data_home), "--quick",
