@@ -1,11 +1,22 @@
-"""Find and load a Hugging Face encoder and its tokenizer; special-token templates; layers."""
+"""Find and load a Hugging Face encoder and its tokenizer; special-token templates.
+
+transformers is imported inside the functions that load a model, so that ``import skbert``
+stays quick.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
+import json
 import os
 import warnings
 from dataclasses import dataclass
+
+import torch
+
+from ._fingerprint import directory_fingerprint
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -16,6 +27,7 @@ __all__ = [
     "locate_model",
     "local_directory",
     "load_tokenizer_and_config",
+    "checkpoint_normalizes",
     "loading_errors",
     "load_backbone",
     "quiet_loading",
@@ -101,9 +113,6 @@ def load_backbone(model):
     OSError
         When the model can be found nowhere, saying how to get it.
     """
-    import copy
-
-    import torch
     from transformers import AutoModel, AutoTokenizer
 
     fitted = fitted_encoder_source(model)
@@ -153,25 +162,62 @@ def local_directory(model):
         return None
 
 
-_TEXT_SIDE: dict = {}
-
-
 def load_tokenizer_and_config(directory):
     """``(tokenizer, config)`` of a checkpoint folder, memoised per process on its files.
 
-    Tokenizers are only read by skbert, never changed, so one object can serve many fits.
+    Tokenizers are only read by skbert, never changed, so one object can serve many fits; the
+    8 most recently used checkpoints are kept.
     """
+    return _text_side(os.path.abspath(directory), directory_fingerprint(directory))
+
+
+@functools.lru_cache(maxsize=8)
+def _text_side(directory: str, fingerprint: str):
     from transformers import AutoConfig, AutoTokenizer
 
-    from ._feature_cache import directory_fingerprint
+    with quiet_loading(), loading_errors(directory, directory):
+        tokenizer = AutoTokenizer.from_pretrained(directory, use_fast=True)
+        config = AutoConfig.from_pretrained(directory)
+    return tokenizer, config
 
-    key = (os.path.abspath(directory), directory_fingerprint(directory))
-    if key not in _TEXT_SIDE:
-        with quiet_loading(), loading_errors(directory, directory):
-            tokenizer = AutoTokenizer.from_pretrained(directory, use_fast=True)
-            config = AutoConfig.from_pretrained(directory)
-        _TEXT_SIDE[key] = (tokenizer, config)
-    return _TEXT_SIDE[key]
+
+def clear_memo() -> None:
+    """Forget the memoised tokenizers (benchmarks time a cold start with it)."""
+    _text_side.cache_clear()
+
+
+def checkpoint_normalizes(model) -> bool:
+    """Whether ``model``'s own sentence-embedding pipeline L2-normalises its vectors.
+
+    A sentence-transformers checkpoint describes its pipeline in ``modules.json``; when that
+    ends in a ``Normalize`` module (as all-MiniLM-L6-v2's does), its vectors are meant to be
+    used normalised. A fitted skbert estimator given as ``model`` stands for the checkpoint it
+    was fitted from.
+
+    Parameters
+    ----------
+    model : str or fitted skbert estimator
+        As the estimators' ``model`` parameter.
+
+    Returns
+    -------
+    bool
+        False when the checkpoint has no such description (or none can be found locally).
+    """
+    fitted = fitted_encoder_source(model)
+    if fitted is not None:
+        return checkpoint_normalizes(fitted.model)
+    directory = local_directory(model)
+    if directory is None:
+        return False
+    path = os.path.join(directory, "modules.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            modules = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
+    return "Normalize" in kinds
 
 
 @contextlib.contextmanager

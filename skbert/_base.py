@@ -1,37 +1,40 @@
-"""Shared estimator base: parameter checks, loading, inference batching, tags, pickling."""
+"""Shared estimator base: parameters, loading, the read-out, inference, tags, pickling."""
 
 from __future__ import annotations
 
 import io
-import sys
+import os
+import warnings
 from numbers import Integral, Real
 
-import numpy as np
+import torch
 from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods, Hidden, Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
 
 from ._backbone import SpecialTokens, load_backbone, model_max_length, quiet_loading
-from ._encoding import encode_texts, pad_batch, row_batches, stack_rows
-from ._network import SentenceEncoder, check_layers
-from .pooling import (
-    CHUNK_POOLINGS,
-    TOKEN_POOLINGS,
-    TRAINABLE_CHUNK_POOLINGS,
-    TRAINABLE_POOLINGS,
-    make_chunk_pooling,
-    make_pooling,
-)
+from ._encoding import encode_texts, pad_batch
+from ._inference import low_precision_copy, predict_rows
+from ._network import SentenceEncoder
+from ._readout import resolve_readout
+from ._runtime import report, resolve_device, resolve_precision
+from ._training import TrainingConfig
+from .pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from .truncation import STRATEGIES
 
 __all__ = ["BertEstimatorBase"]
+
+#: ``fine_tune`` values: train nothing, only the layers on top of the encoder, or everything
+FINE_TUNE_MODES = ("none", "top", "full")
 
 
 class BertEstimatorBase(BaseEstimator):
     """Base of skbert's estimators: everything but the learning task.
 
     Subclasses define ``__init__`` (storing their parameters verbatim), ``fit`` and their
-    prediction methods; they call :meth:`_build_network` in ``fit`` and :meth:`_embed` to get
-    one vector per text.
+    prediction methods. ``fit`` starts with :meth:`_start_fit`, builds the network with
+    :meth:`_build_encoder` (which resolves the read-out parameters into ``readout_``), and
+    predictions go through :meth:`_forward_all`, the one inference path.
     """
 
     _parameter_constraints: dict = {
@@ -44,6 +47,8 @@ class BertEstimatorBase(BaseEstimator):
         "head_length": [Interval(Integral, 0, None, closed="left")],
         "chunk_pooling": [StrOptions(set(CHUNK_POOLINGS))],
         "max_chunks": [Interval(Integral, 1, None, closed="left"), None],
+        # subclasses narrow it to the modes they offer; "head" is the old spelling of "top"
+        "fine_tune": [StrOptions({*FINE_TUNE_MODES, "head"}, deprecated={"head"})],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "device": [str],
         "precision": [StrOptions({"auto", "fp32", "bf16", "fp16"})],
@@ -56,7 +61,12 @@ class BertEstimatorBase(BaseEstimator):
         "cnn_channels": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "layer_lr_decay": [Interval(Real, 0, 1, closed="right")],
-        "head_learning_rate": [Interval(Real, 0, None, closed="neither"), None],
+        "top_learning_rate": [Interval(Real, 0, None, closed="neither"), None],
+        "head_learning_rate": [
+            Interval(Real, 0, None, closed="neither"),
+            None,
+            Hidden(StrOptions({"deprecated"})),
+        ],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
@@ -64,203 +74,155 @@ class BertEstimatorBase(BaseEstimator):
         "warm_start": ["boolean"],
     }
 
+    #: per-fit caches, dropped by :meth:`_start_fit` (and never pickled)
+    _FIT_CACHES = ("_low_precision",)
+
     # ------------------------------------------------------------------ fitting helpers
-    def _check_trainable_choices(self, trains: bool) -> None:
-        """Refuse poolings that have weights when nothing will train them."""
-        if trains:
-            return
-        if self.pooling in TRAINABLE_POOLINGS:
-            raise ValueError(
-                f"pooling={self.pooling!r} has weights of its own that must be trained, and "
-                f"fine_tune={self.fine_tune!r} trains nothing. Use pooling='cls', 'mean' or "
-                "'max' for frozen features."
+    def _start_fit(self, keep_learned: bool) -> None:
+        """Reset what a previous ``fit`` left: the per-fit caches, and unless
+        ``keep_learned`` (``warm_start``) every learned attribute; warn for old spellings."""
+        self._forget(*self._FIT_CACHES)
+        if not keep_learned:
+            self._forget(*[k for k in vars(self) if k.endswith("_") and not k.startswith("_")])
+            self._forget("_n_features_out")
+        if self.fine_tune == "head":
+            warnings.warn(
+                "fine_tune='head' was renamed fine_tune='top' (train the layers on top of the "
+                "frozen encoder) in skbert 0.1 and will be removed in 0.3.",
+                FutureWarning,
+                stacklevel=3,
             )
-        if self.truncation == "chunks" and self.chunk_pooling in TRAINABLE_CHUNK_POOLINGS:
-            raise ValueError(
-                f"chunk_pooling={self.chunk_pooling!r} has weights of its own that must be "
-                f"trained, and fine_tune={self.fine_tune!r} trains nothing. Use "
-                "chunk_pooling='mean' or 'max' for frozen features."
+        if getattr(self, "head_learning_rate", "deprecated") != "deprecated":
+            warnings.warn(
+                "head_learning_rate was renamed top_learning_rate in skbert 0.1 and will be "
+                "removed in 0.3; its value is used as top_learning_rate.",
+                FutureWarning,
+                stacklevel=3,
             )
 
-    def _training_config(self, device, dtype, **extra):
+    def _forget(self, *names) -> None:
+        """Drop the learned attributes ``names`` that are set (those that no longer apply)."""
+        for name in names:
+            self.__dict__.pop(name, None)
+
+    def _fine_tune_mode(self) -> str:
+        """``fine_tune`` with the old spelling ``"head"`` read as ``"top"``."""
+        return "top" if self.fine_tune == "head" else self.fine_tune
+
+    def _top_learning_rate(self):
+        """``top_learning_rate``, or the deprecated ``head_learning_rate`` when given."""
+        old = getattr(self, "head_learning_rate", "deprecated")
+        return self.top_learning_rate if old == "deprecated" else old
+
+    def _training_config(self, device, dtype, **extra) -> TrainingConfig:
         """The :class:`~skbert._training.TrainingConfig` of this estimator's parameters."""
-        from ._training import TrainingConfig
-
         params = {
             "max_epochs": self.max_epochs,
             "batch_size": self.batch_size,
             "learning_rate": self.learning_rate,
             "layer_lr_decay": self.layer_lr_decay,
-            "head_learning_rate": self.head_learning_rate,
+            "top_learning_rate": self._top_learning_rate(),
             "weight_decay": self.weight_decay,
             "warmup_fraction": self.warmup_fraction,
-            "train_backbone": self.fine_tune == "full",
+            "train_backbone": self._fine_tune_mode() == "full",
             "verbose": self.verbose,
             "device": device,
             "dtype": dtype,
         }
         return TrainingConfig(**{**params, **extra})
 
-    def _build_encoder(self):
-        """Load the encoder and tokenizer; return the :class:`SentenceEncoder`.
-
-        Sets the learned state shared by all estimators: ``tokenizer_``, ``special_tokens_``,
-        ``max_length_`` and ``layers_``.
-        """
+    def _build_encoder(self) -> SentenceEncoder:
+        """Load the encoder and tokenizer, resolve the read-out; return the network."""
         tokenizer, backbone = load_backbone(self.model)
-        self._set_text_state(tokenizer, backbone.config)
-        hidden = backbone.config.hidden_size
-        layers = self.layers_
-        token_dim = hidden * len(layers) if self.layer_combine == "concat" else hidden
-        cnn_params = {}
-        if self.pooling == "cnn":
-            cnn_params = {"kernel_sizes": tuple(self.cnn_kernel_sizes),
-                          "channels": self.cnn_channels}  # fmt: skip
-        pooling = make_pooling(self.pooling, token_dim, **cnn_params)
-        pooled_dim = getattr(pooling, "output_dim", token_dim)
-        return SentenceEncoder(
-            backbone,
-            layers=layers,
-            layer_combine=self.layer_combine,
-            pooling=pooling,
-            chunk_pooling=make_chunk_pooling(self.chunk_pooling, pooled_dim),
-        ).eval()
+        self._resolve_readout(tokenizer, backbone.config)
+        return SentenceEncoder(backbone, self.readout_).eval()
 
-    def _set_text_state(self, tokenizer, config):
-        """Check the length settings against the model; set ``tokenizer_``,
-        ``special_tokens_``, ``max_length_`` and ``layers_``."""
-        limit = model_max_length(tokenizer, config)
-        max_length = limit if self.max_length is None else self.max_length
-        if max_length > limit:
-            raise ValueError(
-                f"max_length={self.max_length} exceeds this model's limit of {limit} tokens; "
-                f"use max_length <= {limit} or None (the model's limit)."
-            )
+    def _resolve_readout(self, tokenizer, config) -> None:
+        """Check the read-out parameters against the model and set the learned state that
+        every estimator has: ``tokenizer_``, ``special_tokens_``, ``readout_``,
+        ``max_length_`` and ``layers_``."""
         specials = SpecialTokens.from_tokenizer(tokenizer)
-        budget = max_length - specials.n_single
-        if self.truncation == "head+tail" and self.head_length >= budget:
+        limit = model_max_length(tokenizer, config)
+        readout = resolve_readout(self.get_params(deep=False), config, specials, limit)
+        if self._fine_tune_mode() == "none" and readout.untrained_weights:
+            names = " and ".join(readout.untrained_weights)
             raise ValueError(
-                f"head_length={self.head_length} leaves no room for the tail: with "
-                f"max_length={max_length} and {specials.n_single} special tokens, "
-                f"truncation='head+tail' needs head_length < {budget}."
+                f"{names} has weights of its own that must be trained, and "
+                f"fine_tune={self.fine_tune!r} trains nothing. Use pooling='cls', 'mean' or "
+                "'max' and chunk_pooling='mean' or 'max' for frozen features."
             )
-        layers = check_layers(self.layer, config.num_hidden_layers + 1)
         self.tokenizer_ = tokenizer
         self.special_tokens_ = specials
-        self.max_length_ = max_length
-        self.layers_ = layers
+        self.readout_ = readout
+        self.max_length_ = readout.max_length
+        self.layers_ = readout.layers
 
     # ------------------------------------------------------------------ inference
     def _encode(self, first, second=None):
-        if second is not None and self.truncation == "chunks":
-            raise ValueError(
-                "truncation='chunks' splits single long texts and does not apply to sentence "
-                "pairs; use 'head', 'tail' or 'head+tail' for pairs."
-            )
+        """Model rows of texts (or pairs), cut as the read-out says; reports truncation."""
         encoded = encode_texts(
-            self.tokenizer_,
-            self.special_tokens_,
-            first,
-            second,
-            truncation=self.truncation,
-            max_length=self.max_length_,
-            head_length=self.head_length,
-            max_chunks=self.max_chunks,
+            self.tokenizer_, self.special_tokens_, first, second, readout=self.readout_
         )
         if self.verbose and encoded.n_truncated:
             how = (
                 "split into chunks"
-                if self.truncation == "chunks"
+                if self.readout_.chunked
                 else f"truncated (truncation={self.truncation!r})"
             )
-            print(
+            report(
                 f"{type(self).__name__}: {encoded.n_truncated} of {len(encoded)} texts exceed "
-                f"max_length={self.max_length_} tokens and were {how}.",
-                file=sys.stderr,
+                f"max_length={self.max_length_} tokens and were {how}."
             )
         return encoded
 
     def _batch_tensors(self, encoded, indices, device) -> dict:
-        """Padded tensors for the texts ``indices`` of ``encoded``, as network keywords."""
-        import torch
-
+        """Padded tensors of the texts ``indices`` of ``encoded``, as network keywords (for
+        training batches, whose texts have different lengths)."""
         ids, mask, types, owner = pad_batch(encoded, indices, self.tokenizer_.pad_token_id or 0)
         return {
             "input_ids": torch.from_numpy(ids).to(device),
             "attention_mask": torch.from_numpy(mask).to(device),
             "token_type_ids": torch.from_numpy(types).to(device),
-            "owner": torch.from_numpy(owner).to(device) if self.truncation == "chunks" else None,
+            "owner": torch.from_numpy(owner).to(device) if self.readout_.chunked else None,
             "n_texts": len(indices),
         }
 
     def _device_and_dtype(self):
-        from ._runtime import resolve_device, resolve_precision
-
         device = resolve_device(self.device)
         return device, resolve_precision(self.precision, device)
 
+    def _loaded_network(self):
+        """``network_``, loading the encoder first if ``fit`` deferred it (``memory=``)."""
+        if "network_" not in vars(self):
+            self.network_ = self._build_encoder()
+        return self.network_
+
     def _inference_network(self, device, dtype):
-        """``network_`` on ``device``, in eval mode; for bf16/fp16, a cached low-precision copy.
-
-        A copy whose weights are already in bf16 (or fp16) is faster than autocast, which
-        under ``inference_mode`` casts every weight again on every batch; on the CPU it also
-        uses plain ("eager") attention, faster than the fused kernel in bf16 on short inputs.
-        The copy is rebuilt after each ``fit`` and never pickled.
-        """
-        import copy
-
-        network = self.network_.to(device).eval()
+        """The network for predictions: ``network_`` in eval mode on ``device``, or for
+        bf16/fp16 a low-precision copy, kept until the next ``fit`` (never pickled)."""
+        network = self._loaded_network()
         if dtype is None:
-            return network
-        cached = getattr(self, "_low_precision", None)
-        if cached is not None and cached[0] == (id(network), str(device), dtype):
-            return cached[1]
-        low = copy.deepcopy(network).to(device=device, dtype=dtype).eval()
-        if device.type == "cpu" and hasattr(low.backbone, "set_attn_implementation"):
-            low.backbone.set_attn_implementation("eager")
-        self._low_precision = ((id(network), str(device), dtype), low)
-        return low
+            return low_precision_copy(network, device, None)
+        key = (str(device), dtype)
+        cached = self.__dict__.get("_low_precision")
+        if cached is None or cached[0] != key:
+            cached = self._low_precision = (key, low_precision_copy(network, device, dtype))
+        return cached[1]
 
     def _forward_all(self, first, second=None, *, desc="Encoding", all_layers=False):
-        """``network_`` output for every text (or pair), float32, in input order.
-
-        Rows (a text, or each chunk of one) are encoded in batches of equal length with no
-        padding (:func:`~skbert._encoding.row_batches`), so a text's output does not depend on
-        the other texts; then the chunks of each text are pooled (and a task head applied).
-        With ``all_layers``, :meth:`SentenceEncoder.all_layer_rows` instead: shape
-        ``(n, 3, n_hidden_states, hidden)``.
-        """
-        import torch
-        from tqdm.auto import tqdm
-
+        """Network output for every text (or pair), float32, in input order (see
+        :func:`~skbert._inference.predict_rows`)."""
         device, dtype = self._device_and_dtype()
         network = self._inference_network(device, dtype)
-        encoded = self._encode(first, second)
-        rows = [row for text_rows in encoded.rows for row in text_rows]
-        owner = np.repeat(np.arange(len(encoded)), [len(r) for r in encoded.rows])
-        if all_layers:
-            encode, combine = network.all_layer_rows, network.combine_all_layers
-        else:
-            encode, combine = network.encode_rows, network.combine
-        out = None  # (n_rows, ...) float32, allocated once the row width is known
-        batches = list(row_batches([len(ids) for ids, _ in rows], self.batch_size))
-        with torch.inference_mode():
-            for batch in tqdm(batches, desc=desc, unit="batch", disable=not self.verbose):
-                ids, types = stack_rows([rows[r] for r in batch])
-                ids = torch.from_numpy(ids).to(device)
-                vectors = encode(ids, torch.ones_like(ids), torch.from_numpy(types).to(device))
-                if out is None:
-                    out = np.empty((len(rows), *vectors.shape[1:]), dtype=np.float32)
-                out[batch] = vectors.float().cpu().numpy()
-            chunked = len(rows) > len(encoded)
-            param = next(network.parameters())
-            vectors = torch.from_numpy(out).to(device=device, dtype=param.dtype)
-            texts = combine(
-                vectors,
-                torch.from_numpy(owner).to(device) if chunked else None,
-                len(encoded),
-            )
-            return texts.float().cpu().numpy()
+        return predict_rows(
+            network,
+            self._encode(first, second),
+            batch_size=self.batch_size,
+            device=device,
+            all_layers=all_layers,
+            verbose=self.verbose,
+            desc=desc,
+        )
 
     # ------------------------------------------------------------------ sklearn plumbing
     def __sklearn_tags__(self):
@@ -277,7 +239,7 @@ class BertEstimatorBase(BaseEstimator):
         The directory loads with ``transformers.AutoModel.from_pretrained`` and
         ``AutoTokenizer.from_pretrained``, and as ``model=path`` in any skbert estimator: the
         way to start one task from an encoder fine-tuned on another (Sun et al.'s multi-task
-        recipe), or to share it. Only the encoder is written; the pooling and task head are
+        recipe), or to share it. Only the encoder is written; the pooling and output layer are
         skbert's (pickle or ``joblib.dump`` the estimator to keep them).
 
         Parameters
@@ -287,16 +249,14 @@ class BertEstimatorBase(BaseEstimator):
 
         Returns
         -------
-        path : str
+        str
+            The directory written.
         """
-        import os
-
-        from sklearn.utils.validation import check_is_fitted
-
         check_is_fitted(self)
         path = os.fspath(path)
+        network = self._loaded_network()
         with quiet_loading():  # no "Writing model shards" bar
-            self.network_.backbone.save_pretrained(path)
+            network.backbone.save_pretrained(path)
             self.tokenizer_.save_pretrained(path)
         return path
 
@@ -304,10 +264,9 @@ class BertEstimatorBase(BaseEstimator):
     def __getstate__(self):
         # a copy: object.__getstate__ returns the live __dict__ itself
         state = dict(super().__getstate__())
-        state.pop("_low_precision", None)
+        for name in self._FIT_CACHES:
+            state.pop(name, None)
         if "network_" in state:
-            import torch
-
             buffer = io.BytesIO()
             torch.save(state["network_"], buffer)
             state["network_"] = buffer.getvalue()
@@ -316,10 +275,9 @@ class BertEstimatorBase(BaseEstimator):
     def __setstate__(self, state):
         network = state.get("network_")
         if isinstance(network, bytes):
-            import torch
-
             # map_location: a model fitted on a GPU loads on a CPU-only machine.
             state["network_"] = torch.load(
                 io.BytesIO(network), map_location="cpu", weights_only=False
             )
         super().__setstate__(state)
+

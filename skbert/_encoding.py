@@ -8,7 +8,14 @@ import numpy as np
 
 from .truncation import split_chunks, truncate, truncate_pair
 
-__all__ = ["Encoded", "encode_texts", "length_batches", "pad_batch", "row_batches", "stack_rows"]
+__all__ = [
+    "TOKENS_PER_TEXT",
+    "Encoded",
+    "encode_texts",
+    "pad_batch",
+    "row_batches",
+    "stack_rows",
+]
 
 
 @dataclass
@@ -24,6 +31,10 @@ class Encoded:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def subset(self, indices) -> Encoded:
+        """The rows of the texts ``indices`` (``n_truncated`` is not carried over)."""
+        return Encoded([self.rows[i] for i in indices], 0)
 
 
 def _tokenize(tokenizer, texts, block=1024):
@@ -46,35 +57,38 @@ def _tokenize(tokenizer, texts, block=1024):
     return ids
 
 
-def encode_texts(
-    tokenizer,
-    specials,
-    first,
-    second=None,
-    *,
-    truncation="head",
-    max_length=512,
-    head_length=128,
-    max_chunks=None,
-) -> Encoded:
-    """Tokenize texts (or pairs) and cut them to ``max_length`` tokens, specials included.
+def encode_texts(tokenizer, specials, first, second=None, *, readout) -> Encoded:
+    """Tokenize texts (or pairs) and cut them to ``readout.max_length`` tokens, specials
+    included.
 
     Parameters
     ----------
     tokenizer : transformers tokenizer
+        The model's tokenizer.
     specials : SpecialTokens
+        Where it puts its special tokens.
     first : list of str
+        Texts, or the first sentences of pairs.
     second : list of str or None
         Second sentences of pairs.
-    truncation : {"head", "tail", "head+tail", "chunks"}
-    max_length : int
-    head_length : int
-    max_chunks : int or None
+    readout : Readout
+        Its ``truncation``, ``max_length``, ``head_length`` and ``max_chunks`` apply.
 
     Returns
     -------
     Encoded
+
+    Raises
+    ------
+    ValueError
+        For sentence pairs with ``truncation="chunks"``.
     """
+    max_length, strategy = readout.max_length, readout.truncation
+    if second is not None and readout.chunked:
+        raise ValueError(
+            "truncation='chunks' splits single long texts and does not apply to sentence "
+            "pairs; use 'head', 'tail' or 'head+tail' for pairs."
+        )
     ids_first = _tokenize(tokenizer, first)
     rows, n_truncated = [], 0
     if second is None:
@@ -82,51 +96,29 @@ def encode_texts(
         for ids in ids_first:
             if len(ids) > budget:
                 n_truncated += 1
-            if truncation == "chunks":
-                rows.append([specials.build(c) for c in split_chunks(ids, budget, max_chunks)])
+            if readout.chunked:
+                windows = split_chunks(ids, budget, readout.max_chunks)
+                rows.append([specials.build(window) for window in windows])
             else:
-                rows.append([specials.build(truncate(ids, budget, truncation, head_length))])
+                kept = truncate(ids, budget, strategy, readout.head_length)
+                rows.append([specials.build(kept)])
         return Encoded(rows, n_truncated)
     ids_second = _tokenize(tokenizer, second)
     budget = max_length - specials.n_pair
     for a, b in zip(ids_first, ids_second, strict=True):
         if len(a) + len(b) > budget:
             n_truncated += 1
-        rows.append([specials.build(*truncate_pair(a, b, budget, truncation, head_length))])
+        rows.append([specials.build(*truncate_pair(a, b, budget, strategy, readout.head_length))])
     return Encoded(rows, n_truncated)
 
 
-#: Inference batches hold about ``batch_size * TOKENS_PER_TEXT`` padded token positions.
+#: An inference batch holds up to ``batch_size * TOKENS_PER_TEXT`` token positions: in prediction
+#: ``batch_size`` is a token budget (texts of 32 tokens), in training a number of texts.
 TOKENS_PER_TEXT = 32
 
 
-def length_batches(encoded: Encoded, batch_size: int):
-    """Group text indices into inference batches, longest texts first.
-
-    Texts are sorted by length so that padding stays small, and a batch holds up to
-    ``batch_size * TOKENS_PER_TEXT`` padded token positions: short texts go in larger
-    batches (large matrix products run faster per token), long texts in smaller ones (memory
-    stays bounded). The longest batch comes first so that an out-of-memory error shows at
-    once. A text's chunks always stay in one batch, and a batch has at least one text.
-    """
-    longest = np.fromiter((max(len(r[0]) for r in rows) for rows in encoded.rows), dtype=np.int64)
-    order = np.argsort(-longest, kind="stable")
-    budget = batch_size * TOKENS_PER_TEXT
-    batch, n_rows, width = [], 0, 0
-    for i in order:
-        k = len(encoded.rows[i])
-        if batch and (n_rows + k) * max(width, longest[i]) > budget:
-            yield batch
-            batch, n_rows, width = [], 0, 0
-        batch.append(int(i))
-        n_rows += k
-        width = max(width, int(longest[i]))
-    if batch:
-        yield batch
-
-
 def pad_batch(encoded: Encoded, indices, pad_id: int):
-    """Pad the rows of the texts ``indices`` into numpy arrays.
+    """Pad the rows of the texts ``indices`` into numpy arrays (for training batches).
 
     Returns
     -------

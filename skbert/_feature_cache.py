@@ -1,6 +1,7 @@
 """On-disk cache of frozen-encoder features, shared by every readout of one forward pass.
 
-With a frozen encoder, [CLS], mean and max pooling of every layer come out of one forward pass.
+With a frozen encoder, every weight-free pooling ([CLS], mean, max) of every layer comes out of
+one forward pass.
 The cache stores, per text, those ``3 x n_hidden_states`` vectors, under a key made of everything
 that changes the forward pass: a fingerprint of the model's weights and tokenizer, the
 truncation settings, the device type and precision. Any ``pooling x layer x layer_combine``
@@ -16,6 +17,7 @@ twice, never corrupt the cache.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -24,37 +26,44 @@ from pathlib import Path
 
 import numpy as np
 
+from ._readout import Readout
+from .pooling import FROZEN_POOLINGS
+
 __all__ = [
     "FORMAT_VERSION",
     "POOLING_INDEX",
     "FeatureStore",
     "assemble",
+    "cached_vectors",
     "decomposable",
     "readout_index",
     "select",
-    "directory_fingerprint",
     "get_store",
-    "state_fingerprint",
     "text_digests",
 ]
 
 FORMAT_VERSION = 1
 #: order of the poolings along axis 1 of a stored "layers" entry
-POOLING_INDEX = {"cls": 0, "mean": 1, "max": 2}
-_WEIGHT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model", ".pt")
+POOLING_INDEX = {name: i for i, name in enumerate(FROZEN_POOLINGS)}
+#: texts looked up and encoded at a time, so that memory stays bounded for large inputs
+BLOCK = 4096
 
 
-def decomposable(pooling, n_layers, layer_combine, chunks, chunk_pooling) -> bool:
+def decomposable(readout: Readout) -> bool:
     """Whether the readout can be assembled from per-layer pooled vectors.
 
     Pooling then combining layers equals combining then pooling when the combination is a
     concatenation (or there is one layer), when both are means (or [CLS] and a mean), or both
-    maxima (or [CLS] and a max); chunk pooling must commute the same way.
+    maxima (or [CLS] and a max); chunk pooling must commute the same way. A pooling with
+    weights (a CNN) never is.
     """
-    if n_layers == 1 or layer_combine == "concat":
+    if readout.pooling not in POOLING_INDEX:
+        return False
+    combine = readout.layer_combine
+    if len(readout.layers) == 1 or combine == "concat":
         return True
-    token_ok = pooling == "cls" or pooling == layer_combine
-    chunk_ok = not chunks or chunk_pooling == layer_combine
+    token_ok = readout.pooling in ("cls", combine)
+    chunk_ok = not readout.chunked or readout.chunk_pooling == combine
     return token_ok and chunk_ok
 
 
@@ -81,6 +90,7 @@ def assemble(picked: np.ndarray, layer_combine: str) -> np.ndarray:
 
 def text_digests(first, second=None) -> np.ndarray:
     """A 16-byte BLAKE2 digest per text (or pair), as an ``(n,)`` array of dtype ``S16``."""
+
     def raw(text):
         return text.encode("utf-8", "surrogatepass")
 
@@ -89,52 +99,6 @@ def text_digests(first, second=None) -> np.ndarray:
     else:
         items = (b"2\x00" + raw(a) + b"\x00" + raw(b) for a, b in zip(first, second, strict=True))
     return np.array([hashlib.blake2b(item, digest_size=16).digest() for item in items], dtype="S16")
-
-
-_DIR_FINGERPRINTS: dict = {}
-
-
-def directory_fingerprint(path) -> str:
-    """Hash of the contents of a checkpoint directory's files (weights, config, tokenizer).
-
-    Memoised per process on each file's size and modification time, so a changed file is hashed
-    again and an unchanged checkpoint costs a ``stat`` per file.
-    """
-    path = Path(path)
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
-    stats = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-    key = (str(path.resolve()), stats)
-    if key not in _DIR_FINGERPRINTS:
-        digest = hashlib.blake2b(digest_size=20)
-        for p in files:
-            digest.update(p.name.encode() + b"\x00")
-            with open(p, "rb") as handle:
-                for block in iter(lambda h=handle: h.read(1 << 22), b""):
-                    digest.update(block)
-        _DIR_FINGERPRINTS[key] = digest.hexdigest()
-    return _DIR_FINGERPRINTS[key]
-
-
-def state_fingerprint(backbone, tokenizer) -> str:
-    """Hash of a loaded encoder's weights and its tokenizer (for models not on disk)."""
-    digest = hashlib.blake2b(digest_size=20)
-    for name, tensor in sorted(backbone.state_dict().items()):
-        digest.update(name.encode() + b"\x00")
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(dtype=_bytes()).numpy())
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        digest.update(backend.to_str().encode())
-    else:
-        vocab = sorted(tokenizer.get_vocab().items())
-        digest.update(json.dumps([type(tokenizer).__name__, vocab], default=str).encode())
-    digest.update(json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str).encode())
-    return digest.hexdigest()
-
-
-def _bytes():
-    import torch
-
-    return torch.uint8
 
 
 class FeatureStore:
@@ -212,21 +176,72 @@ class FeatureStore:
             self._index[digest] = (name, row)
 
 
-_STORES: dict = {}
-
-
 def get_store(root, description: dict) -> FeatureStore:
-    """The (per-process, memoised) store for the cache key that ``description`` spells out."""
+    """The store for the cache key that ``description`` spells out.
+
+    Memoised per process for the 32 most recently used keys (a store holds its shards'
+    memory maps and an index of their digests).
+    """
     text = json.dumps({"format": FORMAT_VERSION, **description}, sort_keys=True, default=str)
     key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
     directory = Path(root) / "skbert-features" / key
-    store = _STORES.get(str(directory))
-    if store is None:
-        store = _STORES[str(directory)] = FeatureStore(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        description_file = directory / "key.json"
-        if not description_file.exists():  # for people browsing the cache
-            tmp = directory / f".key.{uuid.uuid4().hex}.tmp"
-            tmp.write_text(text)
-            os.replace(tmp, description_file)
+    store = _store(str(directory))
+    description_file = directory / "key.json"
+    if not description_file.exists():  # for people browsing the cache
+        tmp = directory / f".key.{uuid.uuid4().hex}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, description_file)
     return store
+
+
+@functools.lru_cache(maxsize=32)
+def _store(directory: str) -> FeatureStore:
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return FeatureStore(directory)
+
+
+def clear_memo() -> None:
+    """Forget the memoised stores (benchmarks time a cold start with it)."""
+    _store.cache_clear()
+
+
+def cached_vectors(store: FeatureStore, digests, readout: Readout, compute) -> tuple:
+    """The readout's vectors of the texts ``digests``: stored ones read, missing ones computed.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        The store of the cache key (see :func:`get_store`).
+    digests : ndarray of S16
+        One digest per text (:func:`text_digests`).
+    readout : Readout
+        What to read: with a :func:`decomposable` readout the store holds every weight-free
+        pooling of every layer, else the readout's own vectors.
+    compute : callable ``(positions, all_layers) -> ndarray``
+        Encodes the texts at ``positions``: all-layer features (``all_layers=True``) or the
+        readout's vectors.
+
+    Returns
+    -------
+    vectors : ndarray of shape (n_texts, readout.output_dim), float32
+    n_computed : int
+        Texts that were not in the store.
+    """
+    whole = decomposable(readout)
+    index = readout_index(readout.pooling, readout.layers) if whole else None
+    out = np.empty((len(digests), readout.output_dim), dtype=np.float32)
+    n_computed = 0
+    for start in range(0, len(digests), BLOCK):
+        block = np.arange(start, min(start + BLOCK, len(digests)))
+        values, missing = store.read(digests[block], index)
+        if len(missing):
+            computed = compute(block[missing], whole)
+            store.write(digests[block[missing]], computed)
+            if whole:
+                computed = select(computed, index)
+            if values is None:
+                values = np.empty((len(block), *computed.shape[1:]), dtype=np.float32)
+            values[missing] = computed
+            n_computed += len(missing)
+        out[block] = assemble(values, readout.layer_combine) if whole else values
+    return out, n_computed

@@ -1,4 +1,4 @@
-"""The network: encoder -> chosen layers -> token pooling -> chunk pooling."""
+"""The networks: encoder -> chosen layers -> token pooling -> chunk pooling -> output layer."""
 
 from __future__ import annotations
 
@@ -7,32 +7,10 @@ import inspect
 import torch
 from torch import nn
 
-__all__ = ["SentenceEncoder", "TaskNetwork", "SiameseNetwork", "MaskedLMNetwork", "check_layers"]
+from ._readout import Readout
+from .pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling
 
-
-def check_layers(layer, n_hidden_states: int) -> tuple:
-    """Normalise ``layer`` to a tuple of indices into the hidden states and check the range.
-
-    Parameters
-    ----------
-    layer : int or tuple of int
-        0 is the embedding output, -1 the last layer.
-    n_hidden_states : int
-        Number of hidden states the encoder returns (its layers + 1).
-    """
-    layers = (layer,) if isinstance(layer, int) else tuple(layer)
-    if not layers:
-        raise ValueError("layer=() is empty; give an int or a non-empty tuple of ints.")
-    for value in layers:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"layer={layer!r} must be an int or a tuple of ints.")
-        if not -n_hidden_states <= value < n_hidden_states:
-            raise ValueError(
-                f"layer={layer!r} is out of range: this model has {n_hidden_states} hidden "
-                f"states (0 = embeddings ... {n_hidden_states - 1} = last layer), so each index "
-                f"must be in [{-n_hidden_states}, {n_hidden_states - 1}]."
-            )
-    return tuple(value % n_hidden_states for value in layers)
+__all__ = ["SentenceEncoder", "TaskNetwork", "SiameseNetwork", "MaskedLMNetwork"]
 
 
 class SentenceEncoder(nn.Module):
@@ -42,75 +20,65 @@ class SentenceEncoder(nn.Module):
     ----------
     backbone : transformers.PreTrainedModel
         An encoder loaded with ``AutoModel``.
-    layers : tuple of int
-        Non-negative indices into the hidden states (see :func:`check_layers`).
-    layer_combine : {"concat", "mean", "max"}
-        How the token states of several layers are combined, before pooling.
-    pooling : nn.Module
-        Token pooling: ``(states, mask) -> vectors``.
-    chunk_pooling : nn.Module
-        Chunk pooling: ``(vectors, owner, n_texts) -> text vectors``.
+    readout : Readout
+        The layers read, how they are combined, the token pooling and the chunk pooling; the
+        pooling modules are built from it (a CNN or chunk attention with new weights).
     """
 
-    def __init__(self, backbone, layers, layer_combine, pooling, chunk_pooling):
+    def __init__(self, backbone, readout: Readout):
         super().__init__()
         self.backbone = backbone
-        self.layers = tuple(layers)
-        self.layer_combine = layer_combine
-        self.pooling = pooling
-        self.chunk_pooling = chunk_pooling
+        self.readout = readout
+        self.pooling = make_pooling(
+            readout.pooling,
+            readout.token_dim,
+            kernel_sizes=readout.cnn_kernel_sizes,
+            channels=readout.cnn_channels,
+        )
+        self.chunk_pooling = make_chunk_pooling(readout.chunk_pooling, readout.output_dim)
         params = inspect.signature(backbone.forward).parameters
         self.uses_token_types = "token_type_ids" in params
-        self.n_hidden_states = backbone.config.num_hidden_layers + 1
-
-    @property
-    def token_dim(self) -> int:
-        """Width of the combined token states that the pooling reads."""
-        hidden = self.backbone.config.hidden_size
-        return hidden * len(self.layers) if self.layer_combine == "concat" else hidden
 
     @property
     def output_dim(self) -> int:
         """Width of the output vectors."""
-        return getattr(self.pooling, "output_dim", self.token_dim)
+        return self.readout.output_dim
 
-    def token_states(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        """Token states of the chosen layers, combined: ``(batch, seq, dim)``."""
-        last_only = self.layers == (self.n_hidden_states - 1,)
+    def _backbone_outputs(self, input_ids, attention_mask, token_type_ids, all_states: bool):
         # A batch without padding needs no mask; without one, attention takes its fast path.
         full = not self.training and bool(attention_mask.all())
         kwargs = {"input_ids": input_ids, "attention_mask": None if full else attention_mask}
         if self.uses_token_types and token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
-        out = self.backbone(**kwargs, output_hidden_states=not last_only, return_dict=True)
+        return self.backbone(**kwargs, output_hidden_states=all_states, return_dict=True)
+
+    def token_states(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        """Token states of the chosen layers, combined: ``(batch, seq, token_dim)``."""
+        layers = self.readout.layers
+        last_only = layers == (self.readout.n_hidden_states - 1,)
+        out = self._backbone_outputs(input_ids, attention_mask, token_type_ids, not last_only)
         if last_only:
             return out.last_hidden_state
-        states = [out.hidden_states[i] for i in self.layers]
+        states = [out.hidden_states[i] for i in layers]
         if len(states) == 1:
             return states[0]
-        if self.layer_combine == "concat":
+        if self.readout.layer_combine == "concat":
             return torch.cat(states, dim=-1)
         stacked = torch.stack(states, dim=0)
-        return stacked.mean(dim=0) if self.layer_combine == "mean" else stacked.amax(dim=0)
+        return stacked.mean(dim=0) if self.readout.layer_combine == "mean" else stacked.amax(dim=0)
 
     def all_layer_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        """[CLS], mean and max pooling of every hidden state, from one forward pass.
+        """Every weight-free pooling of every hidden state, from one forward pass.
 
-        Returns ``(n_rows, 3, n_hidden_states, hidden)``; :meth:`combine_all_layers` pools the
-        chunks of a text. Feeds the frozen-feature cache.
+        Returns ``(n_rows, len(FROZEN_POOLINGS), n_hidden_states, hidden)``;
+        :meth:`combine_all_layers` pools the chunks of a text. Feeds the frozen-feature cache.
         """
-        from .pooling import make_pooling
-
-        full = not self.training and bool(attention_mask.all())
-        kwargs = {"input_ids": input_ids, "attention_mask": None if full else attention_mask}
-        if self.uses_token_types and token_type_ids is not None:
-            kwargs["token_type_ids"] = token_type_ids
-        out = self.backbone(**kwargs, output_hidden_states=True, return_dict=True)
+        out = self._backbone_outputs(input_ids, attention_mask, token_type_ids, True)
         per_pooling = []
-        for name in ("cls", "mean", "max"):
+        for name in FROZEN_POOLINGS:
             pool = make_pooling(name)
             per_pooling.append(torch.stack([pool(h, attention_mask) for h in out.hidden_states], 1))
-        return torch.stack(per_pooling, dim=1)  # (rows, 3, layers, hidden)
+        return torch.stack(per_pooling, dim=1)  # (rows, poolings, layers, hidden)
 
     def combine_all_layers(self, rows, owner=None, n_texts=None) -> torch.Tensor:
         """:meth:`combine` for :meth:`all_layer_rows` output, per pooling and layer."""
@@ -157,25 +125,23 @@ class SentenceEncoder(nn.Module):
 
 
 class TaskNetwork(nn.Module):
-    """A :class:`SentenceEncoder` with dropout and a linear task head on its vectors.
+    """A :class:`SentenceEncoder` with dropout and a linear output layer on its vectors.
 
     Parameters
     ----------
     encoder : SentenceEncoder
+        The encoder with its pooling.
     n_outputs : int
         Logits per input (classes, or labels for multi-label).
     dropout : float
-        Dropout rate before the head (Sun et al.: 0.1).
-    input_multiplier : int, default=1
-        Width of the head's input in encoder vectors (3 for SBERT's (u, v, |u - v|)).
+        Dropout rate before the output layer (Sun et al.: 0.1).
     """
 
-    def __init__(self, encoder: SentenceEncoder, n_outputs: int, dropout: float = 0.1,
-                 input_multiplier: int = 1):  # fmt: skip
+    def __init__(self, encoder: SentenceEncoder, n_outputs: int, dropout: float = 0.1):
         super().__init__()
         self.encoder = encoder
         self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(encoder.output_dim * input_multiplier, n_outputs)
+        self.output_layer = nn.Linear(encoder.output_dim, n_outputs)
 
     @property
     def backbone(self):
@@ -183,7 +149,7 @@ class TaskNetwork(nn.Module):
 
     @property
     def output_dim(self) -> int:
-        return self.head.out_features
+        return self.output_layer.out_features
 
     def forward(self, input_ids, attention_mask, token_type_ids=None, owner=None, n_texts=None):
         """Logits of shape ``(n_texts, n_outputs)``."""
@@ -191,39 +157,44 @@ class TaskNetwork(nn.Module):
         return self.combine(rows, owner, n_texts)
 
     def encode_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        """The encoder's vector per row (chunk), before chunk pooling and the head."""
+        """The encoder's vector per row (chunk), before chunk pooling and the output layer."""
         return self.encoder.encode_rows(input_ids, attention_mask, token_type_ids)
 
     def combine(self, rows, owner=None, n_texts=None) -> torch.Tensor:
-        """Logits from row vectors: chunks pooled, then dropout and the head."""
-        return self.head(self.dropout(self.encoder.combine(rows, owner, n_texts)))
+        """Logits from row vectors: chunks pooled, then dropout and the output layer."""
+        return self.output_layer(self.dropout(self.encoder.combine(rows, owner, n_texts)))
 
 
 class SiameseNetwork(nn.Module):
-    """One :class:`SentenceEncoder` applied to each side of a pair, with a task head.
+    """One :class:`SentenceEncoder` applied to each side of a pair, with an output layer.
 
     Parameters
     ----------
     encoder : SentenceEncoder
+        The encoder with its pooling, shared by both sides.
     objective : {"cosine", "pair-softmax", "softmax"}
-        ``"cosine"``: the output is cos(u, v) (SBERT's STS objective, no head);
-        ``"pair-softmax"``: logits of a linear head on (u, v, |u - v|) (SBERT's NLI objective);
-        ``"softmax"``: logits of a linear head on u (single texts).
+        ``"cosine"``: the output is cos(u, v) (SBERT's STS objective, no output layer);
+        ``"pair-softmax"``: logits of a linear layer on (u, v, |u - v|) (SBERT's NLI
+        objective); ``"softmax"``: logits of a linear layer on u (single texts).
     n_classes : int
         Classes of the softmax objectives.
-    head : nn.Linear or None
-        An existing head to continue training (``warm_start``); a new one otherwise.
+    output_layer : nn.Linear or None
+        An existing output layer to continue training (``warm_start``); a new one otherwise.
     """
 
-    def __init__(self, encoder: SentenceEncoder, objective: str, n_classes: int = 0, head=None):
+    def __init__(
+        self, encoder: SentenceEncoder, objective: str, n_classes: int = 0, output_layer=None
+    ):
         super().__init__()
         self.encoder = encoder
         self.objective = objective
         if objective == "cosine":
-            self.head = None
+            self.output_layer = None
+        elif output_layer is not None:
+            self.output_layer = output_layer
         else:
             width = encoder.output_dim * (3 if objective == "pair-softmax" else 1)
-            self.head = head if head is not None else nn.Linear(width, n_classes)
+            self.output_layer = nn.Linear(width, n_classes)
 
     @property
     def backbone(self):
@@ -233,11 +204,11 @@ class SiameseNetwork(nn.Module):
         """Cosine per pair, or logits; ``first`` / ``second`` are encoder keyword dicts."""
         u = self.encoder(**first)
         if self.objective == "softmax":
-            return self.head(u)
+            return self.output_layer(u)
         v = self.encoder(**second)
         if self.objective == "cosine":
             return torch.nn.functional.cosine_similarity(u.float(), v.float(), dim=-1)
-        return self.head(torch.cat([u, v, (u - v).abs()], dim=-1))
+        return self.output_layer(torch.cat([u, v, (u - v).abs()], dim=-1))
 
 
 class MaskedLMNetwork(nn.Module):
@@ -247,7 +218,7 @@ class MaskedLMNetwork(nn.Module):
     ----------
     model : transformers.PreTrainedModel
         A masked-LM model; its ``base_model`` (the encoder) is the backbone, its masked-LM
-        head counts as head.
+        head is what the training loop puts on top of it.
     """
 
     def __init__(self, model):

@@ -1,13 +1,14 @@
-"""Devices and numeric precision."""
+"""Devices, numeric precision, and what a run tells the user (progress bars and messages)."""
 
 from __future__ import annotations
 
 import contextlib
 import re
+import sys
 
 import torch
 
-__all__ = ["resolve_device", "resolve_precision", "autocast"]
+__all__ = ["resolve_device", "resolve_precision", "autocast", "progress", "report"]
 
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -76,3 +77,27 @@ def autocast(device: torch.device, dtype):
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def progress(iterable, *, desc: str, unit: str, verbose, total=None):
+    """``iterable`` behind a tqdm progress bar on stderr when ``verbose``, else as it is.
+
+    ``tqdm.auto`` gives a widget in Jupyter (with the ``notebook`` extra) and a text bar
+    elsewhere; it is imported on first use.
+    """
+    if not verbose:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr)
+
+
+def report(message: str) -> None:
+    """Tell the user ``message``: on stderr, the stream of the progress bars, without
+    breaking a bar that is being drawn."""
+    if "tqdm" in sys.modules:
+        from tqdm import tqdm
+
+        tqdm.write(message, file=sys.stderr)
+    else:
+        print(message, file=sys.stderr)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ._runtime import autocast, progress, report
 from .optim import layerwise_param_groups
 
 __all__ = ["TrainingConfig", "TrainingHistory", "train", "length_grouped_batches"]
@@ -30,7 +31,7 @@ class TrainingConfig:
     batch_size: int = 32
     learning_rate: float = 2e-5
     layer_lr_decay: float = 1.0
-    head_learning_rate: float | None = None
+    top_learning_rate: float | None = None  # None: learning_rate
     weight_decay: float = 0.01
     warmup_fraction: float = 0.1
     max_grad_norm: float = 1.0
@@ -48,7 +49,6 @@ class TrainingHistory:
 
     loss_curve: list = field(default_factory=list)
     validation_scores: list = field(default_factory=list)
-    best_epoch: int | None = None
 
     @property
     def n_iter(self) -> int:
@@ -92,7 +92,7 @@ def train(
         Called once per epoch with a ``numpy.random.RandomState``; a batch is whatever
         ``loss_fn`` takes.
     config : TrainingConfig
-    validate : callable ``() -> float`` or None
+    validate : callable ``(network) -> float`` or None
         Score on held-out data (higher is better), called in eval mode after each epoch.
     seed : int
         Seeds dropout, initialisation done inside ``loss_fn`` and the batch order.
@@ -103,10 +103,7 @@ def train(
     -------
     TrainingHistory
     """
-    from tqdm.auto import tqdm
     from transformers import get_linear_schedule_with_warmup
-
-    from ._runtime import autocast
 
     device, dtype = config.device, config.dtype
     network.to(device)
@@ -115,7 +112,7 @@ def train(
         network,
         learning_rate=config.learning_rate,
         layer_lr_decay=config.layer_lr_decay,
-        head_learning_rate=config.head_learning_rate,
+        head_learning_rate=config.top_learning_rate,
         weight_decay=config.weight_decay,
         train_backbone=config.train_backbone,
     )
@@ -145,11 +142,11 @@ def train(
             if not config.train_backbone:
                 network.backbone.eval()  # frozen encoder: no dropout inside it
             total, count = 0.0, 0
-            bar = tqdm(
+            bar = progress(
                 epoch_batches,
                 desc=f"{desc} epoch {epoch + 1}/{n_epochs}",
                 unit="batch",
-                disable=not config.verbose,
+                verbose=config.verbose,
             )
             for batch in bar:
                 with autocast(device, dtype):
@@ -162,17 +159,18 @@ def train(
                 step += 1
                 total += float(loss.detach())
                 count += 1
-                bar.set_postfix(loss=f"{total / count:.4f}")
+                if config.verbose:
+                    bar.set_postfix(loss=f"{total / count:.4f}")
             history.loss_curve.append(total / max(count, 1))
             if validate is None:
                 continue
             network.eval()
-            score = float(validate())
+            score = float(validate(network))
             history.validation_scores.append(score)
             if config.verbose:
-                print(f"{desc} epoch {epoch + 1}: validation score {score:.4f}")
+                report(f"{desc} epoch {epoch + 1}: validation score {score:.4f}")
             if score > best_score:
-                best_score, stale, history.best_epoch = score, 0, epoch
+                best_score, stale = score, 0
                 best_state = copy.deepcopy(network.state_dict())
             else:
                 stale += 1

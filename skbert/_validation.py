@@ -7,7 +7,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["check_texts"]
+__all__ = ["check_texts", "check_layers"]
 
 
 def _is_missing(value) -> bool:
@@ -60,15 +60,13 @@ def _to_rows(X):
     return rows, None
 
 
-def check_texts(X, *, allow_pairs: bool = True):
+def check_texts(X):
     """Validate texts or sentence pairs.
 
     Parameters
     ----------
     X : 1-D iterable of str, or 2-D array-like of str with 1 or 2 columns
         Texts, or sentence pairs (2 columns). pandas Series and DataFrames are accepted.
-    allow_pairs : bool, default=True
-        Whether 2-column input (sentence pairs) is allowed.
 
     Returns
     -------
@@ -102,13 +100,46 @@ def check_texts(X, *, allow_pairs: bool = True):
             return [_check_item(row, f"[{i}]") for i, row in enumerate(rows)], None
         return [_check_item(row[0], f"[{i}, 0]") for i, row in enumerate(rows)], None
     if width == 2:
-        if not allow_pairs:
-            raise ValueError(
-                "X has 2 columns (sentence pairs), but this estimator takes single texts only."
-            )
         first = [_check_item(row[0], f"[{i}, 0]") for i, row in enumerate(rows)]
         second = [_check_item(row[1], f"[{i}, 1]") for i, row in enumerate(rows)]
         return first, second
     raise ValueError(
         f"X has {width} columns; expected 1 column of texts or 2 columns of sentence pairs."
     )
+
+
+def check_layers(layer, n_hidden_states: int) -> tuple:
+    """Normalise the ``layer`` parameter to a tuple of indices into the hidden states.
+
+    Parameters
+    ----------
+    layer : int or tuple of int
+        0 is the embedding output, -1 the last layer.
+    n_hidden_states : int
+        Number of hidden states the encoder returns (its layers + 1).
+
+    Returns
+    -------
+    tuple of int
+        Non-negative indices, in the order given.
+
+    Raises
+    ------
+    TypeError
+        If ``layer`` is not an int or a tuple of ints.
+    ValueError
+        If ``layer`` is empty or an index is out of range for this model.
+    """
+    layers = (layer,) if isinstance(layer, numbers.Integral) else tuple(layer)
+    if not layers:
+        raise ValueError("layer=() is empty; give an int or a non-empty tuple of ints.")
+    for value in layers:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"layer={layer!r} must be an int or a tuple of ints.")
+        if not -n_hidden_states <= value < n_hidden_states:
+            raise ValueError(
+                f"layer={layer!r} is out of range: this model has {n_hidden_states} hidden "
+                f"states (0 = embeddings ... {n_hidden_states - 1} = last layer), so each index "
+                f"must be in [{-n_hidden_states}, {n_hidden_states - 1}]."
+            )
+    return tuple(int(value) % n_hidden_states for value in layers)

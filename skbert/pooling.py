@@ -12,6 +12,9 @@ from torch import nn
 __all__ = [
     "TOKEN_POOLINGS",
     "CHUNK_POOLINGS",
+    "FROZEN_POOLINGS",
+    "TRAINABLE_POOLINGS",
+    "TRAINABLE_CHUNK_POOLINGS",
     "CLSPooling",
     "MeanPooling",
     "MaxPooling",
@@ -24,9 +27,11 @@ __all__ = [
 
 TOKEN_POOLINGS = ("cls", "mean", "max", "cnn")
 CHUNK_POOLINGS = ("mean", "max", "attention")
-#: poolings that have weights of their own and so need training
+#: token poolings that have weights of their own, and so need training
 TRAINABLE_POOLINGS = frozenset({"cnn"})
 TRAINABLE_CHUNK_POOLINGS = frozenset({"attention"})
+#: token poolings without weights, in the order the frozen-feature cache stores them
+FROZEN_POOLINGS = tuple(p for p in TOKEN_POOLINGS if p not in TRAINABLE_POOLINGS)
 
 
 class CLSPooling(nn.Module):
@@ -139,13 +144,29 @@ class AttentionChunkPooling(nn.Module):
         return out.index_add(0, owner, vectors * weights.unsqueeze(-1))
 
 
-def make_pooling(name: str, input_dim: int | None = None, **cnn_params) -> nn.Module:
+def make_pooling(
+    name: str, input_dim: int | None = None, *, kernel_sizes=(1, 3, 5), channels: int = 128
+) -> nn.Module:
     """Build the token pooling module called ``name``.
 
-    ``"cnn"`` needs ``input_dim`` and takes ``kernel_sizes`` and ``channels``.
+    Parameters
+    ----------
+    name : {"cls", "mean", "max", "cnn"}
+        The pooling.
+    input_dim : int or None, default=None
+        Width of the token states; needed by ``"cnn"``.
+    kernel_sizes : tuple of int, default=(1, 3, 5)
+        Convolution widths of ``"cnn"``.
+    channels : int, default=128
+        Channels per convolution of ``"cnn"``.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``(states, mask) -> vectors``.
     """
     if name == "cnn":
-        return CNNPooling(input_dim, **cnn_params)
+        return CNNPooling(input_dim, kernel_sizes=tuple(kernel_sizes), channels=channels)
     modules = {"cls": CLSPooling, "mean": MeanPooling, "max": MaxPooling}
     if name not in modules:
         raise ValueError(f"pooling={name!r} is not allowed; use one of {TOKEN_POOLINGS}.")

