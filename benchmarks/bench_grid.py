@@ -38,11 +38,11 @@ LAYERS = [1, 3, 5, -1]
 
 
 def clear_memos():
-    from skbert import _backbone, _feature_cache
+    from skbert import _backbone, _feature_cache, _fingerprint
 
-    _feature_cache._DIR_FINGERPRINTS.clear()
-    _feature_cache._STORES.clear()
-    _backbone._TEXT_SIDE.clear()
+    _fingerprint.clear_memo()
+    _feature_cache.clear_memo()
+    _backbone.clear_memo()
 
 
 def search(X, y, grid, memory):

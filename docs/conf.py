@@ -7,6 +7,7 @@ listed in ``EXECUTED_EXAMPLES``; the others are rendered without running.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -21,6 +22,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Document (and run the gallery against) the skbert of this checkout, whatever is installed.
 sys.path.insert(0, str(REPO))
+
+import sphinx_gallery  # noqa: E402
+from packaging.version import Version  # noqa: E402
 
 import skbert  # noqa: E402
 
@@ -52,6 +56,24 @@ numpydoc_show_class_members = False  # the class template lists the methods
 numpydoc_class_members_toctree = False
 numpydoc_attributes_as_param_list = True
 numpydoc_xref_param_type = False
+# Long signatures (BertSentenceTransformer has 28 parameters, the first default a hub id) are
+# written one parameter per line instead of one line that runs off the page.
+maximum_signature_line_length = 88
+# "On this page" of a class page lists `fit()`, not `BertSentenceTransformer.fit()`: the long
+# qualified names did not fit in the secondary sidebar.
+toc_object_entries_show_parents = "hide"
+
+# numpydoc validation of every docstring that the API reference renders: a failed check is a
+# warning, so an error under `-W`. All checks apply except
+#   ES01 (extended summary): short helpers (`get_data_home`, scorers) need no second paragraph;
+#   SA01 (See Also): the API is small and the user guide links the pieces together;
+#   EX01 (Examples): the estimators show usage in the gallery, user guide and notebook, which
+#        are run by the test suite, instead of doctests that this offline build cannot run.
+numpydoc_validation_checks = {"all", "ES01", "SA01", "EX01"}
+# RT02 (a single return value should not be named) does not apply to ``self``: methods that
+# return the estimator document it as ``self : <class>``, the scikit-learn convention, where the
+# name says that the same object comes back (for chaining).
+numpydoc_validation_overrides = {"RT02": [r"Returns\n\s*-+\n\s*self : \w+"]}
 
 # -- Markdown (the user guide) and the notebook --------------------------------------------
 myst_enable_extensions = ["colon_fence"]
@@ -67,6 +89,21 @@ for _notebook in sorted((REPO / "examples" / "notebooks").glob("*.ipynb")):
     if not _copy.exists() or _copy.read_bytes() != _notebook.read_bytes():
         shutil.copy2(_notebook, _copy)
 
+# myst-parser and myst-nb log their whole configuration (MdParserConfig(...), NbParserConfig(...))
+# at INFO level on every build, and no setting turns that off (myst-parser 5.2:
+# sphinx_ext/main.py, create_myst_config; myst-nb 1.4: sphinx_ext.py, create_mystnb_config).
+# A logging filter drops those two records and nothing else.
+
+
+class _DropMystConfigDump(logging.Filter):
+    def filter(self, record):
+        dump = re.search(r"myst(-nb)? v%s:", str(record.msg))
+        return not (record.levelno == logging.INFO and dump)
+
+
+for _logger in ("sphinx.myst_parser.sphinx_ext.main", "sphinx.myst_nb.sphinx_ext"):
+    logging.getLogger(_logger).addFilter(_DropMystConfigDump())
+
 # -- Examples gallery ----------------------------------------------------------------------
 # Most examples fine-tune or encode thousands of texts: minutes to a quarter of an hour each on
 # a laptop CPU. Only these are executed during the build; the rest are rendered as code, and
@@ -81,13 +118,17 @@ sphinx_gallery_conf = {
     "within_subsection_order": "FileNameSortKey",
     "doc_module": ("skbert",),
     "backreferences_dir": "generated/backreferences",
-    "reference_url": {"skbert": None},
     "remove_config_comments": True,
     "min_reported_time": 1,
     "show_memory": False,
     "capture_repr": ("_repr_html_", "__repr__"),
     "download_all_examples": False,
 }
+# Code in the examples links to skbert's API pages. sphinx-gallery 0.22 resolves those links from
+# the documentation being built and deprecates `reference_url` (ignored, with a message at every
+# build); older releases still need `{"skbert": None}` to embed the links.
+if Version(sphinx_gallery.__version__) < Version("0.22"):
+    sphinx_gallery_conf["reference_url"] = {"skbert": None}
 
 # -- HTML ----------------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"
@@ -98,22 +139,75 @@ html_theme_options = {
     "show_toc_level": 2,
     "header_links_before_dropdown": 6,
 }
-html_sidebars = {"index": [], "install": []}
+# Pages without sub-pages have nothing to list in the left sidebar: drop it, which also gives
+# their code blocks and tables the width.
+html_sidebars = {
+    "index": [],
+    "install": [],
+    "getting_started": [],
+    "user_guide": [],
+    "notebooks/*": [],
+}
+# Only the style sheet: docs/_static also holds the charts and gallery thumbnails, which the
+# pages reference through Sphinx and sphinx-gallery (copied to _images), and their script.
+html_static_path = ["_static/skbert.css"]
+# Wrapping of long signatures, code blocks and "On this page" entries (docs/_static/skbert.css).
+html_css_files = ["skbert.css"]
 
 
 # -- scikit-learn's inherited docstrings -----------------------------------------------------
 # The estimators inherit methods from scikit-learn (get_params, set_output, score, ...) whose
-# docstrings cross-reference scikit-learn's own documentation (:ref:`User Guide <...>`,
-# :term:`...`). Those targets exist only in scikit-learn's docs, which this offline build
-# cannot link to (no intersphinx), so the roles are rendered as plain text there, and only
-# there: a broken reference in skbert's own docstrings still fails the build.
-_SKLEARN_ROLE = re.compile(r":(?:ref|term):`([^`<]*?)\s*(?:<[^`>]*>)?`")
+# docstrings cross-reference scikit-learn's own documentation: :ref:`User Guide <...>`,
+# :term:`...` and its gallery (:ref:`sphx_glr_auto_examples_..._plot_x.py`). Those targets
+# exist only in scikit-learn's docs, which this offline build cannot resolve (no intersphinx),
+# so in those docstrings, and only there, the roles are rewritten: a gallery reference becomes
+# a link to that example on scikit-learn.org, "user guide" becomes "scikit-learn user guide",
+# any other reference its plain text. A broken reference in skbert's own docstrings still fails
+# the build.
+_SKLEARN_ROLE = re.compile(r":(ref|term):`\s*([^`<]*?)\s*(?:<([^`>]*)>)?\s*`", re.DOTALL)
+_SKLEARN_EXAMPLE = re.compile(r"sphx_glr_auto_examples_(?:(\w+?)_)?(plot_\w+)\.py")
+
+
+def _sklearn_reference_text(match):
+    role, title, target = match.groups()
+    title = " ".join(title.split())  # a role may span lines
+    label = target or title
+    if label.startswith("sphx_glr_"):
+        example = _SKLEARN_EXAMPLE.fullmatch(label)
+        if example is None:
+            return "a scikit-learn example"
+        folder, name = example.groups()
+        path = f"{folder}/{name}" if folder else name
+        text = title if target else f"{name}.py"
+        url = f"https://scikit-learn.org/stable/auto_examples/{path}.html"
+        return f"`scikit-learn's example {text} <{url}>`__"
+    if role == "ref" and title.lower() == "user guide":
+        return f"scikit-learn {title}"
+    return title
 
 
 def _unlink_sklearn_references(app, what, name, obj, options, lines):
     module = getattr(obj, "__module__", None) or ""
     if module == "sklearn" or module.startswith("sklearn."):
-        lines[:] = [_SKLEARN_ROLE.sub(lambda m: m.group(1), line) for line in lines]
+        text = _SKLEARN_ROLE.sub(_sklearn_reference_text, "\n".join(lines))
+        lines[:] = text.split("\n")
+
+
+# The same inherited methods are scikit-learn's to document: numpydoc validation skips every
+# public method of skbert's classes that is defined in scikit-learn (found here from the classes
+# themselves, so that a method skbert overrides is validated again).
+def _sklearn_methods():
+    for class_name in skbert.__all__:
+        cls = getattr(skbert, class_name)
+        if not isinstance(cls, type):
+            continue
+        for attribute in dir(cls):
+            module = getattr(getattr(cls, attribute, None), "__module__", None) or ""
+            if not attribute.startswith("_") and module.split(".")[0] == "sklearn":
+                yield f"skbert.{class_name}.{attribute}"
+
+
+numpydoc_validation_exclude = {re.escape(name) + "$" for name in _sklearn_methods()}
 
 
 def setup(app):

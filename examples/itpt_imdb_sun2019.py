@@ -39,6 +39,7 @@ within noise here.
 Needs the packaged model and the IMDb sample in ``$SKBERT_DATA/imdb-sample`` (default
 ``../shared/data``). About 13 minutes on 2 CPU cores; ``--quick`` runs a small version.
 """
+# sphinx_gallery_thumbnail_path = "_static/thumb_itpt_imdb_sun2019.png"
 
 from __future__ import annotations
 

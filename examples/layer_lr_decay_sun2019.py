@@ -15,6 +15,7 @@ points, so expect a difference of the paper's size to be lost in seed noise.
 Needs the packaged model and SST-2 in ``$SKBERT_DATA/sst2-senteval`` (default
 ``../shared/data``). About 5-10 minutes on 2 CPU cores.
 """
+# sphinx_gallery_thumbnail_path = "_static/thumb_layer_lr_decay_sun2019.png"
 
 import os
 from pathlib import Path

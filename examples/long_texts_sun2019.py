@@ -21,6 +21,7 @@ Needs the packaged model and the IMDb sample in ``$SKBERT_DATA/imdb-sample`` (de
 ``../shared/data``). About 14 minutes on 2 CPU cores: the chunk runs encode up to 4 windows
 (248 tokens) of each review.
 """
+# sphinx_gallery_thumbnail_path = "_static/thumb_long_texts_sun2019.png"
 
 import os
 import time

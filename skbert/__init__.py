@@ -1,4 +1,9 @@
-"""skbert: BERT-family encoders as first-class scikit-learn estimators."""
+"""skbert: BERT-family encoders as first-class scikit-learn estimators.
+
+Imports sit at the top of each module, except the heavy or optional ones, which are imported
+on first use so that ``import skbert`` stays quick: transformers (and huggingface_hub), scipy,
+the data loaders (:mod:`skbert.datasets`) and the packaged model.
+"""
 
 from .classifier import BertTextClassifier
 from .optim import layerwise_param_groups

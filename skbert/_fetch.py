@@ -93,6 +93,18 @@ def _snli_columns(jsonl: bytes):
 def fetch(name: str, folder) -> Path:
     """Download data set ``name`` (a key of :data:`SOURCES`) into ``folder``; return it.
 
+    Parameters
+    ----------
+    name : str
+        The data set, a key of :data:`SOURCES` (``"stsb"``, ``"sst2-senteval"``, ...).
+    folder : str or path-like
+        Where its files go, laid out as the loaders of :mod:`skbert.datasets` read them.
+
+    Returns
+    -------
+    pathlib.Path
+        ``folder``.
+
     Raises
     ------
     OSError

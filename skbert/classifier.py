@@ -505,7 +505,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         return self._forward_all(first, second, desc="Predicting")
 
     def decision_function(self, X):
-        """Logits of the output layer.
+        """Compute the logits of the output layer.
 
         Parameters
         ----------

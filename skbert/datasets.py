@@ -29,7 +29,19 @@ _STSB_FILES = {"train": "sts-train.csv", "dev": "sts-dev.csv", "test": "sts-test
 
 
 def get_data_home(data_home=None) -> Path:
-    """Data folder: ``data_home``, else ``$SKBERT_DATA``, else ``~/skbert_data``."""
+    """Return the folder that the loaders read data sets from.
+
+    Parameters
+    ----------
+    data_home : str or path-like, default=None
+        The folder to use. None: the ``SKBERT_DATA`` environment variable, else
+        ``~/skbert_data``.
+
+    Returns
+    -------
+    pathlib.Path
+        The folder, with ``~`` expanded. It need not exist.
+    """
     if data_home is None:
         data_home = os.environ.get("SKBERT_DATA", "~/skbert_data")
     return Path(data_home).expanduser()
@@ -62,18 +74,29 @@ def load_stsb(split="test", *, data_home=None, return_X_y=False, download_if_mis
     Parameters
     ----------
     split : {"train", "dev", "test"}, default="test"
+        5,749 / 1,500 / 1,379 pairs.
     data_home : str or path-like, default=None
         Folder holding ``stsb/sts-{split}.csv``; see :func:`get_data_home`.
     return_X_y : bool, default=False
-        Return ``(X, y)`` instead of a Bunch.
-
+        Return ``(data, target)`` instead of a Bunch.
     download_if_missing : bool, default=False
         Fetch the files from the canonical public source into ``data_home`` when they are
         missing (needs network access).
+
     Returns
     -------
-    Bunch with ``data`` (object array of shape (n, 2): the sentence pairs), ``target`` (float
-    scores 0-5) and ``genre``; or ``(data, target)`` when ``return_X_y``.
+    bunch : :class:`~sklearn.utils.Bunch`
+        When ``return_X_y`` is False, a dictionary-like object with the attributes:
+
+        data : ndarray of shape (n_pairs, 2), dtype=object
+            The sentence pairs.
+        target : ndarray of shape (n_pairs,), dtype=float64
+            The gold similarity scores, from 0 to 5.
+        genre : ndarray of shape (n_pairs,), dtype=object
+            The source of each pair: ``"main-captions"``, ``"main-forums"`` or
+            ``"main-news"``.
+    (data, target) : tuple of ndarray
+        When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
     _check_split(split, _STSB_FILES)
     path = _require(
@@ -107,14 +130,24 @@ def load_sst2(split="train", *, data_home=None, return_X_y=False, download_if_mi
     data_home : str or path-like, default=None
         Folder holding ``sst2-senteval/sentiment-{split}``; see :func:`get_data_home`.
     return_X_y : bool, default=False
-
+        Return ``(data, target)`` instead of a Bunch.
     download_if_missing : bool, default=False
         Fetch the files from the canonical public source into ``data_home`` when they are
         missing (needs network access).
+
     Returns
     -------
-    Bunch with ``data`` (object array of lower-cased, tokenised sentences) and ``target``
-    (0 = negative, 1 = positive); or ``(data, target)``.
+    bunch : :class:`~sklearn.utils.Bunch`
+        When ``return_X_y`` is False, a dictionary-like object with the attributes:
+
+        data : ndarray of shape (n_sentences,), dtype=object
+            The sentences, lower-cased and tokenised.
+        target : ndarray of shape (n_sentences,), dtype=int64
+            0 for negative, 1 for positive.
+        target_names : ndarray of shape (2,)
+            ``["negative", "positive"]``.
+    (data, target) : tuple of ndarray
+        When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
     _check_split(split, {"train", "dev", "test"})
     path = _require(
@@ -148,16 +181,24 @@ def load_imdb_sample(
     data_home : str or path-like, default=None
         Folder holding ``imdb-sample/texts.csv``; see :func:`get_data_home`.
     return_X_y : bool, default=False
+        Return ``(data, target)`` instead of a Bunch.
     clean_html : bool, default=True
         Replace the ``<br />`` tags of the reviews with spaces.
-
     download_if_missing : bool, default=False
         Fetch the files from the canonical public source into ``data_home`` when they are
         missing (needs network access).
+
     Returns
     -------
-    Bunch with ``data`` (object array of reviews) and ``target`` ("negative" / "positive");
-    or ``(data, target)``.
+    bunch : :class:`~sklearn.utils.Bunch`
+        When ``return_X_y`` is False, a dictionary-like object with the attributes:
+
+        data : ndarray of shape (n_reviews,), dtype=object
+            The reviews.
+        target : ndarray of shape (n_reviews,), dtype=object
+            ``"negative"`` or ``"positive"``.
+    (data, target) : tuple of ndarray
+        When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
     _check_split(split, {"train", "valid"})
     path = _require(
@@ -196,16 +237,24 @@ def load_trec(
     data_home : str or path-like, default=None
         Folder holding ``trec/``; see :func:`get_data_home`.
     return_X_y : bool, default=False
+        Return ``(data, target)`` instead of a Bunch.
     fine : bool, default=False
         Use the 50 fine classes (``"NUM:dist"``) instead of the 6 coarse ones (``"NUM"``).
-
     download_if_missing : bool, default=False
         Fetch the files from the canonical public source into ``data_home`` when they are
         missing (needs network access).
+
     Returns
     -------
-    Bunch with ``data`` (object array of questions) and ``target`` (class names); or
-    ``(data, target)``.
+    bunch : :class:`~sklearn.utils.Bunch`
+        When ``return_X_y`` is False, a dictionary-like object with the attributes:
+
+        data : ndarray of shape (n_questions,), dtype=object
+            The questions.
+        target : ndarray of shape (n_questions,), dtype=object
+            The class names (``"NUM"``, or ``"NUM:dist"`` with ``fine=True``).
+    (data, target) : tuple of ndarray
+        When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
     _check_split(split, {"train", "test"})
     name = "train_5500.label" if split == "train" else "TREC_10.label"
@@ -237,17 +286,27 @@ def load_snli(split="dev", *, data_home=None, return_X_y=False, download_if_miss
     Parameters
     ----------
     split : {"train", "dev", "test"}, default="dev"
+        The part of SNLI to read.
     data_home : str or path-like, default=None
-        Folder holding ``snli-senteval/s1.{split}``, ``s2.{split}``, ``labels.{split}``.
+        Folder holding ``snli-senteval/s1.{split}``, ``s2.{split}``, ``labels.{split}``; see
+        :func:`get_data_home`.
     return_X_y : bool, default=False
-
+        Return ``(data, target)`` instead of a Bunch.
     download_if_missing : bool, default=False
         Fetch the files from the canonical public source into ``data_home`` when they are
         missing (needs network access).
+
     Returns
     -------
-    Bunch with ``data`` (object array of shape (n, 2): premise, hypothesis) and ``target``
-    ("entailment", "neutral", "contradiction"); or ``(data, target)``.
+    bunch : :class:`~sklearn.utils.Bunch`
+        When ``return_X_y`` is False, a dictionary-like object with the attributes:
+
+        data : ndarray of shape (n_pairs, 2), dtype=object
+            The (premise, hypothesis) pairs.
+        target : ndarray of shape (n_pairs,), dtype=object
+            ``"entailment"``, ``"neutral"`` or ``"contradiction"``.
+    (data, target) : tuple of ndarray
+        When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
     _check_split(split, {"train", "dev", "test"})
     folder = get_data_home(data_home) / "snli-senteval"
@@ -268,15 +327,29 @@ def load_snli(split="dev", *, data_home=None, return_X_y=False, download_if_miss
 
 
 def load_demo_sentiment(*, return_X_y=False):
-    """The small sentiment sample bundled with skbert (for the demo and quick tests).
+    """Load the small sentiment sample bundled with skbert (for the demo and quick tests).
 
     400 sentences of the SST-2 training set (GLUE; Socher et al. 2013), 200 positive and 200
     negative, drawn at random; see ``skbert/data/README.md`` for source and terms.
 
+    Parameters
+    ----------
+    return_X_y : bool, default=False
+        Return ``(data, target)`` instead of a Bunch.
+
     Returns
     -------
-    Bunch with ``data`` (object array of sentences) and ``target`` (0 = negative,
-    1 = positive); or ``(data, target)`` when ``return_X_y``.
+    bunch : :class:`~sklearn.utils.Bunch`
+        When ``return_X_y`` is False, a dictionary-like object with the attributes:
+
+        data : ndarray of shape (400,), dtype=object
+            The sentences.
+        target : ndarray of shape (400,), dtype=int64
+            0 for negative, 1 for positive.
+        target_names : ndarray of shape (2,)
+            ``["negative", "positive"]``.
+    (data, target) : tuple of ndarray
+        When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
     text = resources.files("skbert").joinpath("data/sst2_sample.tsv").read_text("utf-8")
     rows = [line.split("\t") for line in text.splitlines()[1:] if line]

@@ -9,15 +9,19 @@ __all__ = ["paired_cosine", "cosine_spearman", "sts_spearman_scorer", "sts_pears
 
 
 def paired_cosine(u, v) -> np.ndarray:
-    """Cosine similarity of each row of ``u`` with the same row of ``v``.
+    """Compute the cosine similarity of each row of ``u`` with the same row of ``v``.
 
     Parameters
     ----------
-    u, v : array-like of shape (n_pairs, dim)
+    u : array-like of shape (n_pairs, dim)
+        The vectors of the first sentence of each pair.
+    v : array-like of shape (n_pairs, dim)
+        The vectors of the second sentence of each pair.
 
     Returns
     -------
     ndarray of shape (n_pairs,)
+        The cosine of each pair, in float64; 0 for a pair with a zero vector.
     """
     u = np.asarray(u, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
@@ -28,10 +32,24 @@ def paired_cosine(u, v) -> np.ndarray:
 
 
 def cosine_spearman(u, v, scores) -> float:
-    """Spearman rank correlation between the cosine of each pair and gold ``scores``.
+    """Compute the Spearman rank correlation of each pair's cosine with gold ``scores``.
 
     This is the STS-B measure of Reimers & Gurevych (2019) and Choi et al. (2021); multiply
     by 100 for the figures papers report.
+
+    Parameters
+    ----------
+    u : array-like of shape (n_pairs, dim)
+        The vectors of the first sentence of each pair.
+    v : array-like of shape (n_pairs, dim)
+        The vectors of the second sentence of each pair.
+    scores : array-like of shape (n_pairs,)
+        The gold similarity score of each pair (STS-B: 0 to 5).
+
+    Returns
+    -------
+    float
+        The Spearman correlation, between -1 and 1.
     """
     scores = np.asarray(scores, dtype=np.float64)
     if scores.shape != (len(u),):
@@ -49,7 +67,28 @@ def _similarity(estimator, X):
 
 
 def sts_spearman_scorer(estimator, X, y) -> float:
-    """Scorer for ``GridSearchCV(scoring=...)``: Spearman of ``estimator.similarity(X)`` and y.
+    """Score sentence pairs by the Spearman correlation of their cosine with gold scores.
+
+    A scorer for ``GridSearchCV(scoring=...)`` and ``cross_val_score``: the Spearman rank
+    correlation of ``estimator.similarity(X)`` with ``y``.
+
+    Parameters
+    ----------
+    estimator : BertSentenceTransformer
+        A fitted estimator with a ``similarity`` method.
+    X : array-like of shape (n_pairs, 2)
+        The sentence pairs.
+    y : array-like of shape (n_pairs,)
+        The gold similarity score of each pair.
+
+    Returns
+    -------
+    float
+        The Spearman correlation, between -1 and 1 (higher is better).
+
+    See Also
+    --------
+    sts_pearson_scorer : The same with the Pearson correlation.
 
     Examples
     --------
@@ -63,7 +102,26 @@ def sts_spearman_scorer(estimator, X, y) -> float:
 
 
 def sts_pearson_scorer(estimator, X, y) -> float:
-    """Scorer for ``GridSearchCV(scoring=...)``: Pearson of ``estimator.similarity(X)`` and y."""
+    """Score sentence pairs by the Pearson correlation of their cosine with gold scores.
+
+    Like :func:`sts_spearman_scorer`, with Pearson's linear correlation in place of
+    Spearman's rank correlation.
+
+    Parameters
+    ----------
+    estimator, X, y : BertSentenceTransformer, pairs and gold scores
+        As for :func:`sts_spearman_scorer`: a fitted estimator with a ``similarity``
+        method, an array-like of shape (n_pairs, 2) and one gold score per pair.
+
+    Returns
+    -------
+    float
+        The Pearson correlation, between -1 and 1 (higher is better).
+
+    See Also
+    --------
+    sts_spearman_scorer : The same with the Spearman rank correlation, the usual STS measure.
+    """
     from scipy.stats import pearsonr
 
     return float(pearsonr(_similarity(estimator, X), np.asarray(y, dtype=np.float64)).statistic)

@@ -36,10 +36,12 @@ def parameter_depths(backbone) -> dict:
     Parameters
     ----------
     backbone : transformers.PreTrainedModel
+        The encoder whose parameters are mapped.
 
     Returns
     -------
     dict of str -> int
+        The depth of each parameter, by its name in ``backbone.named_parameters()``.
     """
     config = backbone.config
     n_layers = int(config.num_hidden_layers)

@@ -49,7 +49,15 @@ def load_masked_lm(model=DEFAULT_MODEL):
 
     Returns
     -------
-    tokenizer, model : a transformers tokenizer and ``AutoModelForMaskedLM`` instance
+    tokenizer : transformers tokenizer
+        The model's tokenizer.
+    model : transformers.PreTrainedModel
+        The ``AutoModelForMaskedLM`` model, in float32.
+
+    Raises
+    ------
+    ValueError
+        When the architecture has no masked-LM head in ``transformers`` (e.g. GPT-2).
 
     Warns
     -----
@@ -58,11 +66,6 @@ def load_masked_lm(model=DEFAULT_MODEL):
         such as all-MiniLM-L6-v2 keep only the encoder): the head starts from random weights
         (the output projection stays tied to the word embeddings), so the first steps mostly
         train the head.
-
-    Raises
-    ------
-    ValueError
-        When the architecture has no masked-LM head in ``transformers`` (e.g. GPT-2).
     """
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
@@ -288,11 +291,14 @@ def further_pretrain(
     max_length : int, default=128
         Tokens per window, special tokens included.
     batch_size : int, default=32
+        Windows per training step.
     learning_rate : float, default=5e-5
         AdamW rate (Sun et al.: 5e-5), with linear warm-up over ``warmup_fraction`` of the
         steps and linear decay to 0.
     weight_decay : float, default=0.01
+        AdamW weight decay; never applied to biases and LayerNorm weights.
     warmup_fraction : float, default=0.1
+        Share of the steps with a linear warm-up of the learning rate.
     random_state : int, RandomState or None, default=None
         Seeds masking, dropout and batch order; the same seed repeats the run on the CPU.
     device : str, default="auto"
@@ -306,7 +312,7 @@ def further_pretrain(
 
     Returns
     -------
-    output_dir : str
+    str
         The checkpoint directory.
 
     Raises

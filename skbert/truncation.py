@@ -94,9 +94,23 @@ def truncate_pair(
     get half. Each side is then cut with ``strategy`` (``head_length`` is clipped to the side's
     share for ``"head+tail"``).
 
+    Parameters
+    ----------
+    first : sequence of int
+        Token ids of the first text, without special tokens.
+    second : sequence of int
+        Token ids of the second text, without special tokens.
+    budget : int
+        Number of content tokens allowed for the two texts together.
+    strategy : {"head", "tail", "head+tail"}
+        Which part of each text to keep.
+    head_length : int, default=128
+        Head tokens kept by ``"head+tail"``; clipped to each side's share.
+
     Returns
     -------
-    (list of int, list of int)
+    tuple of (list of int, list of int)
+        The kept tokens of ``first`` and of ``second``, each in its original order.
     """
     first, second = list(first), list(second)
     if len(first) + len(second) <= budget:
