@@ -45,9 +45,9 @@ print(f"{'xi':>5} {'mean':>7} {'std':>6}   paper (IMDb error %, BERT-base)")
 for xi, paper in ((1.0, 5.42), (0.95, 5.40)):
     print(f"{xi:>5} {np.mean(results[xi]):>7.3f} {np.std(results[xi]):>6.3f}   {paper}")
 
-print("\nLearning rate per parameter group (xi=0.95, lr=5e-5, head 1e-3):")
+print("\nLearning rate per parameter group (xi=0.95, lr=5e-5, top 1e-3):")
 for group in layerwise_param_groups(
-    clf.network_, learning_rate=5e-5, layer_lr_decay=0.95, head_learning_rate=1e-3
+    clf.network_, learning_rate=5e-5, layer_lr_decay=0.95, top_learning_rate=1e-3
 ):
     n = sum(p.numel() for p in group["params"])
     print(

@@ -112,7 +112,7 @@ def train(
         network,
         learning_rate=config.learning_rate,
         layer_lr_decay=config.layer_lr_decay,
-        head_learning_rate=config.top_learning_rate,
+        top_learning_rate=config.top_learning_rate,
         weight_decay=config.weight_decay,
         train_backbone=config.train_backbone,
     )

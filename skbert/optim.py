@@ -2,7 +2,7 @@
 
 Layer ``k`` of ``L`` gets ``learning_rate * layer_lr_decay ** (L - k)``; the embeddings count
 as layer 0 and so get the lowest rate; weights that skbert adds on top of the encoder (pooling,
-task head) get ``head_learning_rate``. One-dimensional parameters (biases, LayerNorm) get no
+output layer) get ``top_learning_rate``. One-dimensional parameters (biases, LayerNorm) get no
 weight decay.
 
 How a parameter's depth is found:
@@ -77,7 +77,8 @@ def layerwise_param_groups(
     *,
     learning_rate: float,
     layer_lr_decay: float = 1.0,
-    head_learning_rate: float | None = None,
+    top_learning_rate: float | None = None,
+    head_learning_rate="deprecated",
     weight_decay: float = 0.01,
     train_backbone: bool = True,
 ) -> list:
@@ -87,28 +88,38 @@ def layerwise_param_groups(
     ----------
     network : torch.nn.Module
         A module with a ``backbone`` attribute (the Hugging Face encoder); every other
-        trainable parameter counts as head.
+        trainable parameter is on top of it (pooling weights, output layer).
     learning_rate : float
         Rate of the top encoder layer.
     layer_lr_decay : float, default=1.0
         Factor xi per layer down (1.0 = no decay; Sun et al. use 0.95).
-    head_learning_rate : float or None, default=None
-        Rate of the weights outside the encoder; None means ``learning_rate``.
+    top_learning_rate : float or None, default=None
+        Rate of the weights on top of the encoder; None means ``learning_rate``.
+    head_learning_rate : float or None, default="deprecated"
+        Deprecated spelling of ``top_learning_rate``; when given, its value is used.
     weight_decay : float, default=0.01
         AdamW weight decay, for parameters with 2 or more dimensions only.
     train_backbone : bool, default=True
-        If False, the encoder's parameters are left out (``fine_tune="head"``).
+        If False, the encoder's parameters are left out (``fine_tune="top"``).
 
     Returns
     -------
     list of dict
         Groups for ``torch.optim.AdamW``, each with ``params``, ``lr``, ``weight_decay`` and a
-        ``name`` such as ``"layer 3"``, ``"embeddings"`` or ``"head"``, sorted from the
+        ``name`` such as ``"layer 3"``, ``"embeddings"`` or ``"top"``, sorted from the
         embeddings up.
     """
     backbone = network.backbone
     n_layers = int(backbone.config.num_hidden_layers)
-    head_lr = learning_rate if head_learning_rate is None else head_learning_rate
+    if head_learning_rate != "deprecated":
+        warnings.warn(
+            "head_learning_rate was renamed top_learning_rate in skbert 0.1 and will be "
+            "removed in 0.3; its value is used as top_learning_rate.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        top_learning_rate = head_learning_rate
+    top_lr = learning_rate if top_learning_rate is None else top_learning_rate
     backbone_ids = {id(p) for p in backbone.parameters()}
     groups: dict = {}
 
@@ -129,5 +140,5 @@ def layerwise_param_groups(
             add(depth, "embeddings" if depth == 0 else f"layer {depth}", lr, param)
     for param in network.parameters():
         if id(param) not in backbone_ids and param.requires_grad:
-            add(n_layers + 1, "head", head_lr, param)
+            add(n_layers + 1, "top", top_lr, param)
     return [groups[key] for key in sorted(groups, key=lambda k: (k[0], -k[1]))]

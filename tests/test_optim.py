@@ -23,13 +23,13 @@ def rates_by_name(groups):
 def test_bert_layers_get_decayed_rates(tiny_bert):
     _, backbone = load_backbone(tiny_bert)
     groups = layerwise_param_groups(
-        Wrapper(backbone), learning_rate=1e-3, layer_lr_decay=0.5, head_learning_rate=0.1
+        Wrapper(backbone), learning_rate=1e-3, layer_lr_decay=0.5, top_learning_rate=0.1
     )
     rates = rates_by_name(groups)
     assert rates[("embeddings", True)] == pytest.approx(1e-3 * 0.25)
     assert rates[("layer 1", True)] == pytest.approx(1e-3 * 0.5)
     assert rates[("layer 2", True)] == pytest.approx(1e-3)
-    assert rates[("head", True)] == pytest.approx(0.1)
+    assert rates[("top", True)] == pytest.approx(0.1)
     assert [g["name"] for g in groups][0] == "embeddings"
 
 
@@ -91,12 +91,22 @@ def test_unnumbered_encoder_warns_instead_of_ignoring():
     assert depths == {"embed_tokens.weight": 0, "mixer.weight": 3, "mixer.bias": 3}
 
 
-def test_head_only_leaves_the_encoder_out(tiny_bert):
+def test_top_only_leaves_the_encoder_out(tiny_bert):
     _, backbone = load_backbone(tiny_bert)
     network = Wrapper(backbone)
     groups = layerwise_param_groups(network, learning_rate=1e-3, train_backbone=False)
-    assert {g["name"] for g in groups} == {"head"}
+    assert {g["name"] for g in groups} == {"top"}
     assert sum(p.numel() for g in groups for p in g["params"]) == sum(
         p.numel() for p in network.head.parameters()
     )
     assert isinstance(groups[0]["params"][0], torch.nn.Parameter)
+
+
+def test_old_keyword_head_learning_rate_warns_and_works(tiny_bert):
+    _, backbone = load_backbone(tiny_bert)
+    network = Wrapper(backbone)
+    with pytest.warns(FutureWarning, match="top_learning_rate"):
+        old = layerwise_param_groups(network, learning_rate=1e-3, head_learning_rate=0.2)
+    new = layerwise_param_groups(network, learning_rate=1e-3, top_learning_rate=0.2)
+    assert rates_by_name(old) == rates_by_name(new)
+    assert rates_by_name(new)[("top", True)] == pytest.approx(0.2)
