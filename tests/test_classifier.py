@@ -18,7 +18,7 @@ NEG = ["terrible film , hate it", "a very bad movie", "bad dog", "hate the mat",
 X = np.array(POS + NEG, dtype=object)
 Y = np.array(["pos"] * 5 + ["neg"] * 5, dtype=object)
 
-FAST = {"learning_rate": 5e-3, "head_learning_rate": 5e-2, "batch_size": 4, "device": "cpu"}
+FAST = {"learning_rate": 5e-3, "top_learning_rate": 5e-2, "batch_size": 4, "device": "cpu"}
 
 
 def make(model, **params):
@@ -53,8 +53,19 @@ def test_integer_and_multiclass_labels(tiny_bert):
 
 @pytest.mark.parametrize("pooling", ["cls", "mean", "max", "cnn"])
 def test_every_pooling_trains(tiny_model, pooling):
-    clf = make(tiny_model, pooling=pooling, max_epochs=12, cnn_channels=8).fit(X, Y)
-    assert clf.score(X, Y) >= 0.9
+    from transformers import AutoModel
+
+    # 16 epochs at this rate fit the training texts (>= 90 %, last epoch's loss <= 30 % of the
+    # first's) for random_state 0-15 with every pooling on both tiny models (measured)
+    clf = make(tiny_model, pooling=pooling, max_epochs=16, learning_rate=1e-2, cnn_channels=8)
+    clf.fit(X, Y)
+    assert clf.score(X, Y) >= 0.9  # chance is 0.5
+    assert clf.n_iter_ == 16 and clf.loss_curve_[-1] < 0.5 * clf.loss_curve_[0]
+    # full fine-tuning (the default) moved the encoder, not only the layers on top of it
+    before = AutoModel.from_pretrained(tiny_model).state_dict()
+    after = clf.network_.backbone.state_dict()
+    changed = [k for k, v in before.items() if not np.array_equal(after[k], v)]
+    assert len(changed) > len(before) // 2, changed
 
 
 def test_cnn_width_follows_its_parameters(tiny_bert):
@@ -82,11 +93,11 @@ def test_every_truncation_trains_on_long_texts(tiny_model, truncation, chunk_poo
 def test_layers(tiny_bert, layer, combine):
     clf = make(tiny_bert, layer=layer, layer_combine=combine, max_epochs=1).fit(X, Y)
     width = 32 if isinstance(layer, tuple) and combine == "concat" else 16
-    assert clf.network_.head.in_features == width
+    assert clf.network_.output_layer.in_features == width
 
 
 def test_fine_tune_head_keeps_the_encoder_frozen(tiny_model):
-    clf = make(tiny_model, max_epochs=1, fine_tune="head")
+    clf = make(tiny_model, max_epochs=1, fine_tune="top")
     before = {
         k: v.clone() for k, v in make(tiny_model)._build_encoder().backbone.state_dict().items()
     }  # noqa: E501

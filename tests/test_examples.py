@@ -2,9 +2,10 @@
 
 import importlib.util
 import math
+import re
 
 import pytest
-from conftest import REPO
+from conftest import REPO, VOCAB
 
 
 def load_example(name):
@@ -52,6 +53,29 @@ def test_itpt_comparison_runs(tiny_bert, data_home, capsys):
     example = load_example("itpt_imdb_sun2019")
     errors = example.main(["--model", tiny_bert, "--data-home", str(data_home), "--quick"])
     assert set(errors) == {"BERT-FiT", "BERT-ITPT-FiT"}
-    assert all(len(v) == 1 and 0 <= v[0] <= 100 for v in errors.values())
-    out = capsys.readouterr().out
-    assert "masked-LM loss per pass" in out and "4.37" in out
+    captured = capsys.readouterr()
+    out, err = captured.out, captured.err
+    n_valid = int(re.search(r"(\d+) validation", out).group(1))
+    assert n_valid > 0
+    for name, values in errors.items():
+        assert len(values) == 1 and 0 <= values[0] <= 100
+        # an error rate over n_valid reviews: a whole number of wrong reviews
+        wrong = values[0] * n_valid / 100
+        assert wrong == pytest.approx(round(wrong), abs=1e-6), (name, values)
+        # the printed table and the per-seed lines show the returned values
+        row = re.search(rf"^{re.escape(name)}\s+(\S+) ± (\S+)\s", out, re.MULTILINE)
+        assert row, out
+        assert float(row.group(1)) == pytest.approx(values[0], abs=0.05)
+        assert float(row.group(2)) == 0.0  # one seed: no spread
+        seed_line = re.search(rf"{re.escape(name)} seed 0: error (\S+) %", err)
+        assert seed_line and float(seed_line.group(1)) == pytest.approx(values[0], abs=0.05)
+    # ITPT ran masked-LM steps (FiT did not): one curve, of finite, plausible losses
+    curves = re.findall(r"masked-LM loss per pass over the reviews \(seed (\d+)\): (.*)", out)
+    assert [seed for seed, _ in curves] == ["0"], out
+    losses = [float(v) for v in curves[0][1].split(", ")]
+    assert losses and all(math.isfinite(v) for v in losses)
+    # a cross-entropy over the vocabulary: positive, and a random head starts near log(vocab)
+    assert all(0 < v < 2 * math.log(len(VOCAB)) for v in losses), losses
+    change = float(re.search(r"ITPT changed the error by (\S+) points", out).group(1))
+    expected = errors["BERT-ITPT-FiT"][0] - errors["BERT-FiT"][0]
+    assert change == pytest.approx(expected, abs=0.05)

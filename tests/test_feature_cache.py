@@ -14,7 +14,14 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
 from skbert import BertSentenceTransformer
-from skbert._feature_cache import decomposable
+from skbert._feature_cache import (
+    FeatureStore,
+    decomposable,
+    readout_index,
+    select,
+    text_digests,
+)
+from skbert._readout import Readout
 
 LABELLED = np.array(TEXTS * 3, dtype=object)
 LABELS = np.array([0, 1] * 12)
@@ -139,14 +146,30 @@ def test_pickle_of_a_deferred_fit(tiny_bert, tmp_path):
     assert loaded.get_feature_names_out().shape == (expected.shape[1],)
 
 
+def readout(pooling, n_layers, combine, chunked, chunk_pooling):
+    return Readout(
+        truncation="chunks" if chunked else "head",
+        max_length=32,
+        head_length=8,
+        max_chunks=None,
+        chunk_pooling=chunk_pooling,
+        layers=tuple(range(n_layers)),
+        layer_combine=combine,
+        pooling=pooling,
+        hidden_size=16,
+        n_hidden_states=3,
+    )
+
+
 def test_decomposable_rule():
-    assert decomposable("mean", 1, "max", False, "mean")
-    assert decomposable("max", 3, "concat", True, "mean")
-    assert decomposable("cls", 3, "mean", False, "mean")
-    assert decomposable("mean", 3, "mean", True, "mean")
-    assert not decomposable("max", 3, "mean", False, "mean")
-    assert not decomposable("mean", 3, "max", False, "mean")
-    assert not decomposable("mean", 3, "mean", True, "max")
+    assert decomposable(readout("mean", 1, "max", False, "mean"))
+    assert decomposable(readout("max", 3, "concat", True, "mean"))
+    assert decomposable(readout("cls", 3, "mean", False, "mean"))
+    assert decomposable(readout("mean", 3, "mean", True, "mean"))
+    assert not decomposable(readout("max", 3, "mean", False, "mean"))
+    assert not decomposable(readout("mean", 3, "max", False, "mean"))
+    assert not decomposable(readout("mean", 3, "mean", True, "max"))
+    assert not decomposable(readout("cnn", 1, "concat", False, "mean"))  # has weights
 
 
 def test_similarity_and_score_use_the_cache(tiny_bert, tmp_path):
@@ -160,3 +183,113 @@ def test_similarity_and_score_use_the_cache(tiny_bert, tmp_path):
     again = make(tiny_bert, memory=tmp_path, pooling="max").fit(pairs)
     again.similarity(pairs)
     assert "network_" not in vars(again)  # served by the first one's forward pass
+
+
+# --- FeatureStore alone -------------------------------------------------------------------
+
+STORE_TEXTS = [f"text number {i}" for i in range(12)]
+
+
+def stored_features(n, seed=0, n_states=3, hidden=4):
+    """Random float32 features shaped like the cache's: (n, 3 poolings, n_states, hidden)."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 3, n_states, hidden)).astype(np.float32)
+
+
+def test_store_read_of_an_empty_store(tmp_path):
+    digests = text_digests(STORE_TEXTS[:5])
+    for directory in (tmp_path / "never-written", tmp_path):
+        values, missing = FeatureStore(directory).read(digests)
+        assert values is None
+        np.testing.assert_array_equal(missing, np.arange(5))
+    assert not (tmp_path / "never-written").exists()  # reading creates nothing
+
+
+def test_store_write_then_read_is_bit_for_bit(tmp_path):
+    digests = text_digests(STORE_TEXTS)
+    features = stored_features(len(digests))
+    features[0, 0, 0, 0] = np.float32(1e-40)  # a subnormal survives too
+    store = FeatureStore(tmp_path / "key")
+    store.write(digests, features)
+    values, missing = store.read(digests)
+    assert values.dtype == np.float32 and len(missing) == 0
+    np.testing.assert_array_equal(values.view(np.uint32), features.view(np.uint32))
+    # in another order, and with a digest asked twice
+    order = np.array([5, 0, 11, 5, 3])
+    values, missing = store.read(digests[order])
+    np.testing.assert_array_equal(values, features[order])
+    assert len(missing) == 0
+
+
+def test_store_mixed_read_places_rows_and_reports_missing(tmp_path):
+    digests = text_digests(STORE_TEXTS)
+    features = stored_features(len(digests))
+    store = FeatureStore(tmp_path)
+    store.write(digests[[1, 4, 7]], features[[1, 4, 7]])  # two shards
+    store.write(digests[[9, 2]], features[[9, 2]])
+    values, missing = store.read(digests)
+    np.testing.assert_array_equal(missing, [0, 3, 5, 6, 8, 10, 11])
+    assert missing.dtype == np.intp
+    found = [1, 2, 4, 7, 9]
+    np.testing.assert_array_equal(values[found], features[found])
+    np.testing.assert_array_equal(values[missing], 0)  # rows of missing digests are zeros
+    assert values.shape == features.shape
+
+
+def test_store_sees_the_shards_of_another_store_object(tmp_path):
+    digests = text_digests(STORE_TEXTS)
+    features = stored_features(len(digests), seed=1)
+    writer, reader = FeatureStore(tmp_path), FeatureStore(tmp_path)
+    assert reader.read(digests)[0] is None  # reader has looked once: nothing there
+    writer.write(digests[:6], features[:6])
+    values, missing = reader.read(digests)  # refreshed: sees the new shard
+    np.testing.assert_array_equal(values[:6], features[:6])
+    np.testing.assert_array_equal(missing, np.arange(6, 12))
+    reader.write(digests[6:], features[6:])  # and the other way round
+    values, missing = writer.read(digests)
+    np.testing.assert_array_equal(values, features)
+    assert len(missing) == 0
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean", "max"])
+@pytest.mark.parametrize("layers", [[0], [4], [1, 3], [4, 0, 2]])
+def test_store_index_reads_only_one_pooling_and_its_layers(tmp_path, pooling, layers):
+    digests = text_digests(STORE_TEXTS)
+    features = stored_features(len(digests), seed=2, n_states=5, hidden=3)
+    store = FeatureStore(tmp_path)
+    store.write(digests[:4], features[:4])
+    store.write(digests[4:9], features[4:9])
+    index = readout_index(pooling, layers)
+    ask = np.array([8, 10, 0, 5, 3, 11])  # across both shards, two missing
+    values, missing = store.read(digests[ask], index=index)
+    pos = ("cls", "mean", "max").index(pooling)
+    expected = features[ask][:, pos][:, layers]
+    assert values.shape == (len(ask), len(layers), 3)
+    np.testing.assert_array_equal(missing, [1, 5])
+    found = [0, 2, 3, 4]
+    np.testing.assert_array_equal(values[found], expected[found])
+    np.testing.assert_array_equal(values[found], select(features[ask[found]], index))
+    np.testing.assert_array_equal(values[missing], 0)
+
+
+def test_store_write_leaves_no_temporary_files(tmp_path):
+    digests = text_digests(STORE_TEXTS)
+    store = FeatureStore(tmp_path / "key")
+    store.write(digests[:5], stored_features(5))
+    store.write(digests[5:], stored_features(7, seed=3))
+    store.write(digests[:0], stored_features(0))  # nothing to write: no shard
+    names = sorted(p.name for p in (tmp_path / "key").iterdir())
+    assert len(names) == 4, names
+    assert all(n.endswith((".keys.npy", ".vals.npy")) and not n.startswith(".") for n in names)
+    keys = {n[: -len(".keys.npy")] for n in names if n.endswith(".keys.npy")}
+    assert keys == {n[: -len(".vals.npy")] for n in names if n.endswith(".vals.npy")}
+
+
+def test_text_digests_distinguish_texts_and_pairs():
+    single = text_digests(["a", "b", "a"])
+    assert single.dtype == np.dtype("S16") and single.shape == (3,)
+    assert single[0] == single[2] != single[1]
+    pairs = text_digests(["a", "a"], ["b", "c"])
+    assert pairs[0] != pairs[1]
+    assert text_digests(["a b"])[0] not in set(pairs.tolist())
+    assert text_digests(["ab"], [""])[0] != text_digests(["a"], ["b"])[0]

@@ -20,7 +20,7 @@ POS = ["great film , love it", "a very good movie", "good dog", "love the cat", 
 NEG = ["terrible film , hate it", "a very bad movie", "bad dog", "hate the mat", "not good"]
 X = np.array(POS + NEG, dtype=object)
 Y = np.array([1] * 5 + [0] * 5)
-FAST = {"learning_rate": 5e-3, "head_learning_rate": 5e-2, "batch_size": 4, "device": "cpu",
+FAST = {"learning_rate": 5e-3, "top_learning_rate": 5e-2, "batch_size": 4, "device": "cpu",
         "random_state": 0, "max_epochs": 1}  # fmt: skip
 
 
@@ -132,9 +132,9 @@ def test_errors(tiny_bert, tmp_path):
 
 def test_within_task_pretraining_changes_the_encoder(tiny_model):
     original = BertTextClassifier(tiny_model)._build_encoder().backbone.state_dict()
-    # fine_tune="head" leaves the encoder as the masked-LM steps made it
-    plain = BertTextClassifier(tiny_model, fine_tune="head", **FAST).fit(X, Y)
-    itpt = BertTextClassifier(tiny_model, fine_tune="head", mlm_steps=6, **FAST).fit(X, Y)
+    # fine_tune="top" leaves the encoder as the masked-LM steps made it
+    plain = BertTextClassifier(tiny_model, fine_tune="top", **FAST).fit(X, Y)
+    itpt = BertTextClassifier(tiny_model, fine_tune="top", mlm_steps=6, **FAST).fit(X, Y)
     assert plain.mlm_loss_curve_ is None and len(itpt.mlm_loss_curve_) >= 1
     for name, value in plain.network_.backbone.state_dict().items():
         assert torch.equal(value, original[name])
@@ -142,7 +142,7 @@ def test_within_task_pretraining_changes_the_encoder(tiny_model):
         k for k, v in itpt.network_.backbone.state_dict().items() if not torch.equal(v, original[k])
     ]
     assert any("embeddings" in k for k in changed) and len(changed) > 5
-    again = BertTextClassifier(tiny_model, fine_tune="head", mlm_steps=6, **FAST).fit(X, Y)
+    again = BertTextClassifier(tiny_model, fine_tune="top", mlm_steps=6, **FAST).fit(X, Y)
     np.testing.assert_array_equal(again.predict_proba(X), itpt.predict_proba(X))
 
 
@@ -156,13 +156,13 @@ def test_within_task_pretraining_in_grid_search(tiny_bert):
 def test_fitted_estimator_as_model_starts_from_its_encoder(tiny_model, tmp_path):
     first = BertTextClassifier(tiny_model, **FAST).fit(X, Y)
     tuned = first.network_.backbone.state_dict()
-    second = BertTextClassifier(first, fine_tune="head", **FAST).fit(X, 1 - Y)
+    second = BertTextClassifier(first, fine_tune="top", **FAST).fit(X, 1 - Y)
     assert second.network_.backbone is not first.network_.backbone
     for name, value in second.network_.backbone.state_dict().items():
         assert torch.equal(value, tuned[name]), name
     # the same through an exported checkpoint, and into the other estimator
     path = first.save_pretrained(tmp_path / "task-a")
-    via_path = BertTextClassifier(path, fine_tune="head", **FAST).fit(X, 1 - Y)
+    via_path = BertTextClassifier(path, fine_tune="top", **FAST).fit(X, 1 - Y)
     np.testing.assert_allclose(via_path.predict_proba(X), second.predict_proba(X), atol=1e-6)
     sentence = BertSentenceTransformer(first, device="cpu").fit(X)
     from_path = BertSentenceTransformer(path, device="cpu").fit(X)
