@@ -2,15 +2,15 @@
 # Set up (see scripts/setup.sh), install the `docs` extra and build the HTML documentation into
 # docs/_build/html, with warnings treated as errors. Offline: the packaged model, no intersphinx.
 #
-# The build executes the quick gallery example (examples/demo_grid_search.py, about a minute on
-# 2 CPU cores; docs/conf.py lists the executed ones) and renders the others without running
+# The build executes the quick gallery example (examples/demo_grid_search.py, about 25 s on
+# 2 idle CPU cores; docs/conf.py lists the executed ones) and renders the others without running
 # them. Its output is cached by sphinx-gallery until the example changes. Extra arguments go to
 # sphinx-build, e.g. `bash scripts/docs.sh -D plot_gallery=0` renders without executing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# setup.sh with the docs extra too: it installs only when pyproject.toml or the extras changed
+EXTRAS=${EXTRAS:-models,test,docs} bash scripts/setup.sh
 VENV=${VENV:-.venv}
-"$VENV/bin/python" -m pip install --quiet -e ".[docs]"
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 # -E: read every page again, so that no warning hides in a page cached from a previous build
 "$VENV/bin/python" -m sphinx -W --keep-going -E -b html docs docs/_build/html "$@"

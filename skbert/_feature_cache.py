@@ -184,7 +184,8 @@ def get_store(root, description: dict) -> FeatureStore:
     """
     text = json.dumps({"format": FORMAT_VERSION, **description}, sort_keys=True, default=str)
     key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-    directory = Path(root) / "skbert-features" / key
+    # absolute: a relative `memory` names another folder after os.chdir (a notebook's %cd)
+    directory = Path(os.path.abspath(root)) / "skbert-features" / key
     store = _store(str(directory))
     description_file = directory / "key.json"
     if not description_file.exists():  # for people browsing the cache

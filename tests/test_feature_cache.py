@@ -293,3 +293,14 @@ def test_text_digests_distinguish_texts_and_pairs():
     assert pairs[0] != pairs[1]
     assert text_digests(["a b"])[0] not in set(pairs.tolist())
     assert text_digests(["ab"], [""])[0] != text_digests(["a"], ["b"])[0]
+
+
+def test_relative_memory_after_chdir(tiny_bert, tmp_path, monkeypatch):
+    """``memory="skbert-cache"`` used in one folder, then in another (a notebook's ``%cd``):
+    each folder gets its own cache, and the second does not reuse the first's store."""
+    texts = ["the cat sat on the mat", "a dog is good"]
+    for folder in ("first", "second"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        make(tiny_bert, memory="skbert-cache").fit(texts).transform(texts)
+        assert len(shards(tmp_path / folder / "skbert-cache")) == 1

@@ -191,7 +191,7 @@ def test_clone_unfits_the_model_parameter_and_frozen_estimator_keeps_it(tiny_ber
         clone(BertTextClassifier(first, **FAST)).fit(X, Y)
     grid = GridSearchCV(
         BertTextClassifier(FrozenEstimator(first), **FAST),
-        {"fine_tune": ["head", "full"]},
+        {"fine_tune": ["top", "full"]},
         cv=2,
         error_score="raise",
     ).fit(X, Y)
