@@ -52,11 +52,15 @@ def search(X, y, grid, memory):
 
     from skbert import BertSentenceTransformer
 
-    pipe = Pipeline([
-        ("bert", BertSentenceTransformer(model_path(), max_length=64, device="cpu",
-                                         memory=memory)),
-        ("clf", LogisticRegression(max_iter=1000)),
-    ])  # fmt: skip
+    pipe = Pipeline(
+        [
+            (
+                "bert",
+                BertSentenceTransformer(model_path(), max_length=64, device="cpu", memory=memory),
+            ),
+            ("clf", LogisticRegression(max_iter=1000)),
+        ]
+    )
     clear_memos()
     start = time.perf_counter()
     result = GridSearchCV(pipe, grid, cv=3).fit(X, y)
@@ -85,8 +89,10 @@ def main():
     one = {"bert__pooling": ["mean"], "bert__layer": [-1]}
     grid = {"bert__pooling": POOLINGS, "bert__layer": LAYERS}
     threads, load = torch.get_num_threads(), os.getloadavg()[0]
-    print(f"{len(X)} SST-2 sentences, max_length 64, cv=3; CPU: {cpu_model()}, "
-          f"{threads} torch threads; load average {load:.2f}")  # fmt: skip
+    print(
+        f"{len(X)} SST-2 sentences, max_length 64, cv=3; CPU: {cpu_model()}, "
+        f"{threads} torch threads; load average {load:.2f}"
+    )
 
     times = {}
     times["one"], _ = search(X, y, one, None)
@@ -105,11 +111,15 @@ def main():
     print(f"\ngrid+cache / one: {ratio:.2f}x (bar <= {BAR}x): {'PASS' if ratio <= BAR else 'FAIL'}")
     print(f"grid+cache / one+cache: {times['grid+cache'] / times['one+cache']:.2f}x")
     print(f"grid+cache / grid: {times['grid+cache'] / times['grid']:.2f}x")
-    print(f"scores identical with and without cache (36 splits): {'PASS' if same else 'FAIL'} "
-          f"(max difference {gap:.2e})")  # fmt: skip
+    print(
+        f"scores identical with and without cache (36 splits): {'PASS' if same else 'FAIL'} "
+        f"(max difference {gap:.2e})"
+    )
     best = cached.best_params_
-    print(f"best: pooling={best['bert__pooling']!r} layer={best['bert__layer']} "
-          f"({cached.best_score_:.4f})")  # fmt: skip
+    print(
+        f"best: pooling={best['bert__pooling']!r} layer={best['bert__layer']} "
+        f"({cached.best_score_:.4f})"
+    )
 
 
 if __name__ == "__main__":

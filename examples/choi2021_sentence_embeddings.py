@@ -135,8 +135,13 @@ def plot(table, path, title):
         bars = ax.bar(xs, [v or 0 for v in values], width, label=REGIME_NAMES[regime])
         for bar, v in zip(bars, values, strict=True):
             label = "n/a" if v is None else f"{v:.1f}"
-            ax.annotate(label, (bar.get_x() + width / 2, bar.get_height()), ha="center",
-                        va="bottom", fontsize=7)  # fmt: skip
+            ax.annotate(
+                label,
+                (bar.get_x() + width / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
     ax.set_xticks(range(len(POOLINGS)), [p.upper() if p == "cls" else p for p in POOLINGS])
     ax.set_ylabel("STS-B test Spearman x100")
     finite = [v for v in table.values() if v is not None]
@@ -154,11 +159,16 @@ def main(argv=None):
     X_sts, y_sts = load_stsb("train", data_home=args.data_home, return_X_y=True)
     X_nli, y_nli = load_snli("dev", data_home=args.data_home, return_X_y=True)
     X_test, y_test = load_stsb("test", data_home=args.data_home, return_X_y=True)
-    data = ((X_sts[limit], y_sts[limit]), (X_nli[limit], y_nli[limit]),
-            (X_test[limit], y_test[limit]))  # fmt: skip
+    data = (
+        (X_sts[limit], y_sts[limit]),
+        (X_nli[limit], y_nli[limit]),
+        (X_test[limit], y_test[limit]),
+    )
     name = args.model or "all-MiniLM-L6-v2 (packaged)"
-    print(f"model: {name}; STS-B train {len(data[0][0])} pairs, SNLI dev {len(data[1][0])}, "
-          f"STS-B test {len(data[2][0])}; 1 epoch per stage, batch 16, lr 2e-5")  # fmt: skip
+    print(
+        f"model: {name}; STS-B train {len(data[0][0])} pairs, SNLI dev {len(data[1][0])}, "
+        f"STS-B test {len(data[2][0])}; 1 epoch per stage, batch 16, lr 2e-5"
+    )
     table, start = {}, time.perf_counter()
     for regime in REGIMES:
         for pooling in POOLINGS:
@@ -166,14 +176,18 @@ def main(argv=None):
             table[pooling, regime] = run_cell(args, pooling, regime, data)
             value = table[pooling, regime]
             shown = "n/a" if value is None else f"{value:.2f}"
-            print(f"  {pooling:>4} / {REGIME_NAMES[regime]:<21} {shown:>6}  "
-                  f"({time.perf_counter() - tic:.0f} s)", file=sys.stderr)  # fmt: skip
+            print(
+                f"  {pooling:>4} / {REGIME_NAMES[regime]:<21} {shown:>6}  "
+                f"({time.perf_counter() - tic:.0f} s)",
+                file=sys.stderr,
+            )
 
     print(f"\nSTS-B test Spearman x100 ({name})")
     print(f"{'pooling':<8}" + "".join(f"{REGIME_NAMES[r]:>23}" for r in REGIMES))
     for pooling in POOLINGS:
-        cells = ["n/a" if table[pooling, r] is None else f"{table[pooling, r]:.2f}"
-                 for r in REGIMES]  # fmt: skip
+        cells = [
+            "n/a" if table[pooling, r] is None else f"{table[pooling, r]:.2f}" for r in REGIMES
+        ]
         print(f"{pooling:<8}" + "".join(f"{c:>23}" for c in cells))
     print("\nChoi et al. (2021): CNN-SBERT > SBERT (mean) > mean > CLS; the CNN helps ALBERT most.")
     for text, holds, a, b in check_ordering(table):

@@ -102,8 +102,9 @@ def draws(n_labelled, y, size, n_draws, seed):
 
 def fine_tune(model, X, y, X_dev, y_dev, seed):
     epochs = max(3, int(np.ceil(400 / len(X))))
-    clf = BertTextClassifier(**model, max_length=64, batch_size=16, max_epochs=epochs,
-                             random_state=seed, device="cpu")  # fmt: skip
+    clf = BertTextClassifier(
+        **model, max_length=64, batch_size=16, max_epochs=epochs, random_state=seed, device="cpu"
+    )
     return clf.fit(X, y).score(X_dev, y_dev)
 
 
@@ -120,14 +121,25 @@ def main(argv=None):
     model = {"model": args.model} if args.model else {}
     start = time.perf_counter()
 
-    print(f"masked-LM pre-training on {len(unlabelled)} unlabelled SST-2 sentences, "
-          f"{args.mlm_steps} steps ...", file=sys.stderr)  # fmt: skip
+    print(
+        f"masked-LM pre-training on {len(unlabelled)} unlabelled SST-2 sentences, "
+        f"{args.mlm_steps} steps ...",
+        file=sys.stderr,
+    )
     checkpoint = tempfile.mkdtemp(prefix="skbert-itpt-")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*no trained masked-LM head")
-        further_pretrain(list(X_all[unlabelled]), checkpoint, **model, max_steps=args.mlm_steps,
-                         max_length=64, batch_size=32, random_state=0, device="cpu",
-                         verbose=0)  # fmt: skip
+        further_pretrain(
+            list(X_all[unlabelled]),
+            checkpoint,
+            **model,
+            max_steps=args.mlm_steps,
+            max_length=64,
+            batch_size=32,
+            random_state=0,
+            device="cpu",
+            verbose=0,
+        )
     print(f"  done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
 
     # frozen features: one forward pass over the pool and the dev set
@@ -150,14 +162,18 @@ def main(argv=None):
         shown = "  ".join(f"{m} {results[m][size][0]:.3f}" for m in METHODS)
         print(f"  n={size:>5}: {shown}  ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
 
-    print(f"\nSST-2 dev accuracy ({len(X_dev)} sentences) by number of labelled training "
-          "sentences; mean over draws")  # fmt: skip
+    print(
+        f"\nSST-2 dev accuracy ({len(X_dev)} sentences) by number of labelled training "
+        "sentences; mean over draws"
+    )
     print(f"{'n':>6} {'draws':>6}" + "".join(f"{m:>20}" for m in METHODS))
     for size in args.sizes:
         cells = "".join(f"{results[m][size][0]:>14.3f} ±{results[m][size][1]:.3f}" for m in METHODS)
         print(f"{size:>6} {results[METHODS[0]][size][2]:>6}{cells}")
-    print("\nSun et al. (2019): fine-tuning beats frozen features, and further pre-training on "
-          "the task's texts helps most when labels are few.")  # fmt: skip
+    print(
+        "\nSun et al. (2019): fine-tuning beats frozen features, and further pre-training on "
+        "the task's texts helps most when labels are few."
+    )
     plot(results, args.sizes, args.output)
     print(f"learning curve: {args.output}; {time.perf_counter() - start:.0f} s in all")
     return results

@@ -81,35 +81,51 @@ def main(argv=None):
     X_train, y_train = X_train[: args.limit], y_train[: args.limit]
     X_valid, y_valid = X_valid[: args.limit], y_valid[: args.limit]
     model = {"model": args.model} if args.model else {}
-    print(f"IMDb sample: {len(X_train)} training reviews, {len(X_valid)} validation; head+tail "
-          f"at 64 tokens, {args.epochs} epochs; mlm_steps 0 vs {args.mlm_steps}")  # fmt: skip
+    print(
+        f"IMDb sample: {len(X_train)} training reviews, {len(X_valid)} validation; head+tail "
+        f"at 64 tokens, {args.epochs} epochs; mlm_steps 0 vs {args.mlm_steps}"
+    )
     start, errors, mlm_curves = time.perf_counter(), {}, {}
     for name, steps in (("BERT-FiT", 0), ("BERT-ITPT-FiT", args.mlm_steps)):
         errors[name] = []
         for seed in range(args.seeds):
             tic = time.perf_counter()
-            clf = BertTextClassifier(**model, truncation="head+tail", max_length=64,
-                                     head_length=16, max_epochs=args.epochs, mlm_steps=steps,
-                                     random_state=seed, device="cpu")  # fmt: skip
+            clf = BertTextClassifier(
+                **model,
+                truncation="head+tail",
+                max_length=64,
+                head_length=16,
+                max_epochs=args.epochs,
+                mlm_steps=steps,
+                random_state=seed,
+                device="cpu",
+            )
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*no trained masked-LM head")
                 clf.fit(X_train, y_train)
             errors[name].append(100 * (1 - clf.score(X_valid, y_valid)))
             if clf.mlm_loss_curve_:
                 mlm_curves[seed] = clf.mlm_loss_curve_
-            print(f"  {name} seed {seed}: error {errors[name][-1]:.1f} % "
-                  f"({time.perf_counter() - tic:.0f} s)", file=sys.stderr)  # fmt: skip
+            print(
+                f"  {name} seed {seed}: error {errors[name][-1]:.1f} % "
+                f"({time.perf_counter() - tic:.0f} s)",
+                file=sys.stderr,
+            )
 
     print(f"\n{'':<15}{'error % (here)':>18}{'paper (IMDb test)':>20}")
     for name, values in errors.items():
         shown = f"{np.mean(values):.1f} ± {np.std(values):.1f}"
         print(f"{name:<15}{shown:>18}{PAPER[name]:>19.2f}")
     for seed, curve in mlm_curves.items():
-        print(f"masked-LM loss per pass over the reviews (seed {seed}): "
-              + ", ".join(f"{loss:.2f}" for loss in curve))  # fmt: skip
+        print(
+            f"masked-LM loss per pass over the reviews (seed {seed}): "
+            + ", ".join(f"{loss:.2f}" for loss in curve)
+        )
     gain = np.mean(errors["BERT-FiT"]) - np.mean(errors["BERT-ITPT-FiT"])
-    print(f"\nITPT changed the error by {-gain:+.1f} points here; the paper: "
-          f"{PAPER['BERT-ITPT-FiT'] - PAPER['BERT-FiT']:+.2f}. {time.perf_counter() - start:.0f} s")
+    print(
+        f"\nITPT changed the error by {-gain:+.1f} points here; the paper: "
+        f"{PAPER['BERT-ITPT-FiT'] - PAPER['BERT-FiT']:+.2f}. {time.perf_counter() - start:.0f} s"
+    )
     return errors
 
 

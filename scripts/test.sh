@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export SKBERT_DATA=${SKBERT_DATA:-$(cd .. && pwd)/shared/data}
 export HF_HUB_OFFLINE=1
-.venv/bin/python -m ruff check skbert tests examples benchmarks
+.venv/bin/python -m ruff check skbert tests examples benchmarks docs
+.venv/bin/python -m ruff format --check skbert tests examples benchmarks docs/conf.py docs/_static
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
 # pytest exits 5 when a selection (e.g. -m real_model on a machine without it) collects nothing.

@@ -280,4 +280,3 @@ class BertEstimatorBase(BaseEstimator):
                 io.BytesIO(network), map_location="cpu", weights_only=False
             )
         super().__setstate__(state)
-

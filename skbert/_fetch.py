@@ -59,8 +59,13 @@ def _download(url: str, md5: str | None = None) -> bytes:
     with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 (fixed URLs)
         total = int(response.headers.get("Content-Length") or 0) or None
         buffer = io.BytesIO()
-        with tqdm(total=total, unit="B", unit_scale=True, desc=url.rsplit("/", 1)[-1],
-                  disable=total is not None and total < 1 << 20) as bar:  # fmt: skip
+        with tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            desc=url.rsplit("/", 1)[-1],
+            disable=total is not None and total < 1 << 20,
+        ) as bar:
             for block in iter(lambda: response.read(1 << 16), b""):
                 buffer.write(block)
                 bar.update(len(block))

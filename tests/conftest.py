@@ -17,11 +17,38 @@ import pytest  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 VOCAB = [
-    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
-    "the", "a", "cat", "dog", "sat", "on", "mat", "is", "good", "bad", "movie", "film",
-    "great", "terrible", "and", "not", "very", "love", "hate", "it", "was", ".", ",",
-    "##s", "##ing", "##ed",
-]  # fmt: skip
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "is",
+    "good",
+    "bad",
+    "movie",
+    "film",
+    "great",
+    "terrible",
+    "and",
+    "not",
+    "very",
+    "love",
+    "hate",
+    "it",
+    "was",
+    ".",
+    ",",
+    "##s",
+    "##ing",
+    "##ed",
+]
 
 # Texts made of in-vocabulary words, so that tiny models see real token ids.
 TEXTS = [

@@ -76,20 +76,35 @@ def test_cnn_width_follows_its_parameters(tiny_bert):
 
 @pytest.mark.parametrize(
     "truncation, chunk_pooling",
-    [("head", "mean"), ("tail", "mean"), ("head+tail", "mean"),
-     ("chunks", "mean"), ("chunks", "max"), ("chunks", "attention")],
-)  # fmt: skip
+    [
+        ("head", "mean"),
+        ("tail", "mean"),
+        ("head+tail", "mean"),
+        ("chunks", "mean"),
+        ("chunks", "max"),
+        ("chunks", "attention"),
+    ],
+)
 def test_every_truncation_trains_on_long_texts(tiny_model, truncation, chunk_pooling):
     long_x = np.array([LONG_TEXT + " " + x for x in X], dtype=object)
-    clf = make(tiny_model, truncation=truncation, chunk_pooling=chunk_pooling, max_length=16,
-               head_length=4, max_chunks=12, max_epochs=2)  # fmt: skip
+    clf = make(
+        tiny_model,
+        truncation=truncation,
+        chunk_pooling=chunk_pooling,
+        max_length=16,
+        head_length=4,
+        max_chunks=12,
+        max_epochs=2,
+    )
     clf.fit(long_x, Y)
     assert np.isfinite(clf.loss_curve_).all()
     assert clf.predict_proba(long_x).shape == (10, 2)
 
 
-@pytest.mark.parametrize("layer, combine", [(0, "concat"), (1, "concat"), ((-2, -1), "concat"),
-                                            ((-2, -1), "mean"), ((-2, -1), "max")])  # fmt: skip
+@pytest.mark.parametrize(
+    "layer, combine",
+    [(0, "concat"), (1, "concat"), ((-2, -1), "concat"), ((-2, -1), "mean"), ((-2, -1), "max")],
+)
 def test_layers(tiny_bert, layer, combine):
     clf = make(tiny_bert, layer=layer, layer_combine=combine, max_epochs=1).fit(X, Y)
     width = 32 if isinstance(layer, tuple) and combine == "concat" else 16
@@ -134,8 +149,9 @@ def test_fit_does_not_touch_global_torch_rng(tiny_bert):
 
 
 def test_early_stopping_restores_the_best_epoch(tiny_bert):
-    clf = make(tiny_bert, max_epochs=8, early_stopping=True, validation_fraction=0.4,
-               n_iter_no_change=2)  # fmt: skip
+    clf = make(
+        tiny_bert, max_epochs=8, early_stopping=True, validation_fraction=0.4, n_iter_no_change=2
+    )
     clf.fit(X, Y)
     assert len(clf.validation_scores_) == clf.n_iter_ <= 8
     assert clf.best_validation_score_ == max(clf.validation_scores_)
@@ -226,15 +242,18 @@ def test_pickle_round_trip(tiny_model):
 
 
 def test_pipeline_grid_search_over_pooling_and_truncation(tiny_bert):
-    pipe = make_pipeline(FunctionTransformer(lambda x: x), make(tiny_bert, max_epochs=1,
-                                                                 max_length=12))  # fmt: skip
+    pipe = make_pipeline(
+        FunctionTransformer(lambda x: x), make(tiny_bert, max_epochs=1, max_length=12)
+    )
     grid = GridSearchCV(
         pipe,
-        {"berttextclassifier__pooling": ["cls", "cnn"],
-         "berttextclassifier__truncation": ["head", "chunks"]},
+        {
+            "berttextclassifier__pooling": ["cls", "cnn"],
+            "berttextclassifier__truncation": ["head", "chunks"],
+        },
         cv=2,
         error_score="raise",
-    )  # fmt: skip
+    )
     grid.fit(X, Y)
     assert len(grid.cv_results_["params"]) == 4
     assert np.isfinite(grid.cv_results_["mean_test_score"]).all()

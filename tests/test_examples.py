@@ -20,8 +20,18 @@ def test_choi2021_grid_runs_on_albert(tiny_albert, data_home, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the example saves a chart: matplotlib (extra 'test')")
     example = load_example("choi2021_sentence_embeddings")
     chart = tmp_path / "chart.png"
-    table = example.main(["--model", tiny_albert, "--data-home", str(data_home),
-                          "--limit", "24", "--output", str(chart)])  # fmt: skip
+    table = example.main(
+        [
+            "--model",
+            tiny_albert,
+            "--data-home",
+            str(data_home),
+            "--limit",
+            "24",
+            "--output",
+            str(chart),
+        ]
+    )
     assert set(table) == {(p, r) for p in example.POOLINGS for r in example.REGIMES}
     assert table["cnn", "none"] is None  # an untrained CNN is not reported
     values = [v for v in table.values() if v is not None]
@@ -38,8 +48,9 @@ def test_few_shot_curve_runs(tiny_bert, data_home, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the example saves a chart: matplotlib (extra 'test')")
     example = load_example("few_shot_sun2019")
     chart = tmp_path / "curve.png"
-    results = example.main(["--model", tiny_bert, "--data-home", str(data_home), "--quick",
-                            "--output", str(chart)])  # fmt: skip
+    results = example.main(
+        ["--model", tiny_bert, "--data-home", str(data_home), "--quick", "--output", str(chart)]
+    )
     assert set(results) == set(example.METHODS)
     for method in example.METHODS:
         assert sorted(results[method]) == [16, 64]

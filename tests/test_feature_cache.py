@@ -107,8 +107,10 @@ def test_key_follows_weights_and_tokenizer(tiny_bert, tmp_path):
 
 
 def test_grid_search_scores_identical_and_parallel_safe(tiny_bert, tmp_path):
-    grid = {"bertsentencetransformer__pooling": ["cls", "mean", "max"],
-            "bertsentencetransformer__layer": [1, -1]}  # fmt: skip
+    grid = {
+        "bertsentencetransformer__pooling": ["cls", "mean", "max"],
+        "bertsentencetransformer__layer": [1, -1],
+    }
 
     def search(memory, n_jobs):
         pipe = make_pipeline(make(tiny_bert, memory=memory), LogisticRegression())
@@ -128,8 +130,9 @@ def test_memory_forms_and_training_ignores_it(tiny_bert, tmp_path):
     assert shards(tmp_path / "a") and shards(tmp_path / "b")
     make(tiny_bert, memory=joblib.Memory(None)).fit(TEXTS).transform(TEXTS)  # no location
     pairs = np.array([["the cat", "a dog"], ["good film", "bad movie"]] * 2, dtype=object)
-    trained = make(tiny_bert, memory=tmp_path / "c", fine_tune="full", batch_size=2,
-                   random_state=0).fit(pairs, np.array([1.0, 0.0] * 2))  # fmt: skip
+    trained = make(
+        tiny_bert, memory=tmp_path / "c", fine_tune="full", batch_size=2, random_state=0
+    ).fit(pairs, np.array([1.0, 0.0] * 2))
     trained.transform(TEXTS)
     assert not (tmp_path / "c").exists()  # a trained encoder is never cached
     with pytest.raises(ValueError, match="memory"):
@@ -173,8 +176,10 @@ def test_decomposable_rule():
 
 
 def test_similarity_and_score_use_the_cache(tiny_bert, tmp_path):
-    pairs = np.array([["the cat sat", "a dog sat"], ["good film", "bad movie"],
-                      ["the mat", "the cat"]], dtype=object)  # fmt: skip
+    pairs = np.array(
+        [["the cat sat", "a dog sat"], ["good film", "bad movie"], ["the mat", "the cat"]],
+        dtype=object,
+    )
     scores = np.array([3.0, 1.0, 2.0])
     plain = make(tiny_bert).fit(pairs)
     cached = make(tiny_bert, memory=tmp_path).fit(pairs)

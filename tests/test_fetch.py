@@ -31,9 +31,15 @@ def tar_gz(files):
 
 def snli_row(label, s1, s2):
     parse = lambda s: "( " + " ".join(s.split()) + " )"  # noqa: E731
-    return json.dumps({"gold_label": label, "sentence1": s1, "sentence2": s2,
-                       "sentence1_binary_parse": parse(s1),
-                       "sentence2_binary_parse": parse(s2)})  # fmt: skip
+    return json.dumps(
+        {
+            "gold_label": label,
+            "sentence1": s1,
+            "sentence2": s2,
+            "sentence1_binary_parse": parse(s1),
+            "sentence2_binary_parse": parse(s2),
+        }
+    )
 
 
 @pytest.fixture
@@ -45,23 +51,45 @@ def sources(tmp_path, monkeypatch):
         (served / name).write_bytes(data)
         return (served / name).as_uri()
 
-    stsb = tar_gz({f"stsbenchmark/sts-{s}.csv": STS_ROW.format(score=5.0 - i)
-                   for i, s in enumerate(("train", "dev", "test"))})  # fmt: skip
-    imdb = tar_gz({"imdb_sample/texts.csv": "label,text,is_valid\n"
-                   "negative,Dull.<br />Very dull.,False\npositive,Lovely!,True\n"})  # fmt: skip
+    stsb = tar_gz(
+        {
+            f"stsbenchmark/sts-{s}.csv": STS_ROW.format(score=5.0 - i)
+            for i, s in enumerate(("train", "dev", "test"))
+        }
+    )
+    imdb = tar_gz(
+        {
+            "imdb_sample/texts.csv": "label,text,is_valid\n"
+            "negative,Dull.<br />Very dull.,False\npositive,Lovely!,True\n"
+        }
+    )
     zipped = io.BytesIO()
     with zipfile.ZipFile(zipped, "w") as archive:
         for split in ("train", "dev", "test"):
-            rows = [snli_row("entailment", "A man sleeps .", "A person rests ."),
-                    snli_row("-", "No consensus .", "None ."),
-                    snli_row("contradiction", "A dog runs .", "A cat sleeps .")]  # fmt: skip
+            rows = [
+                snli_row("entailment", "A man sleeps .", "A person rests ."),
+                snli_row("-", "No consensus .", "None ."),
+                snli_row("contradiction", "A dog runs .", "A cat sleeps ."),
+            ]
             archive.writestr(f"snli_1.0/snli_1.0_{split}.jsonl", "\n".join(rows) + "\n")
     patched = {
         "stsb": (serve("sts.tgz", stsb), hashlib.md5(stsb).hexdigest(), "STS-B"),
-        "sst2-senteval": ({f"sentiment-{s}": serve(f"sst-{s}", b"a fine film .\t1\n")
-                           for s in ("train", "dev", "test")}, None, "SST-2"),  # fmt: skip
-        "trec": ({n: serve(n, b"NUM:dist How far is it ?\n")
-                  for n in ("train_5500.label", "TREC_10.label")}, None, "TREC"),  # fmt: skip
+        "sst2-senteval": (
+            {
+                f"sentiment-{s}": serve(f"sst-{s}", b"a fine film .\t1\n")
+                for s in ("train", "dev", "test")
+            },
+            None,
+            "SST-2",
+        ),
+        "trec": (
+            {
+                n: serve(n, b"NUM:dist How far is it ?\n")
+                for n in ("train_5500.label", "TREC_10.label")
+            },
+            None,
+            "TREC",
+        ),
         "imdb-sample": (serve("imdb.tgz", imdb), None, "IMDb"),
         "snli-senteval": (serve("snli.zip", zipped.getvalue()), None, "SNLI"),
     }
@@ -82,7 +110,10 @@ def test_every_loader_fetches_when_missing(sources):
     assert y.tolist() == ["entailment", "contradiction"]  # the no-consensus pair dropped
     assert X[1].tolist() == ["A dog runs .", "A cat sleeps ."]
     assert sorted(p.name for p in (home / "stsb").iterdir()) == [
-        "sts-dev.csv", "sts-test.csv", "sts-train.csv"]  # fmt: skip
+        "sts-dev.csv",
+        "sts-test.csv",
+        "sts-train.csv",
+    ]
 
 
 def test_missing_files_without_download_and_bad_checksum(sources, monkeypatch):

@@ -20,8 +20,14 @@ POS = ["great film , love it", "a very good movie", "good dog", "love the cat", 
 NEG = ["terrible film , hate it", "a very bad movie", "bad dog", "hate the mat", "not good"]
 X = np.array(POS + NEG, dtype=object)
 Y = np.array([1] * 5 + [0] * 5)
-FAST = {"learning_rate": 5e-3, "top_learning_rate": 5e-2, "batch_size": 4, "device": "cpu",
-        "random_state": 0, "max_epochs": 1}  # fmt: skip
+FAST = {
+    "learning_rate": 5e-3,
+    "top_learning_rate": 5e-2,
+    "batch_size": 4,
+    "device": "cpu",
+    "random_state": 0,
+    "max_epochs": 1,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -46,8 +52,15 @@ def mlm_loss(path, texts, seed=0):
 
 
 def pretrain(model, out, **params):
-    options = {"max_steps": 4, "batch_size": 8, "learning_rate": 2e-3, "random_state": 0,
-               "device": "cpu", "verbose": 0, **params}  # fmt: skip
+    options = {
+        "max_steps": 4,
+        "batch_size": 8,
+        "learning_rate": 2e-3,
+        "random_state": 0,
+        "device": "cpu",
+        "verbose": 0,
+        **params,
+    }
     return further_pretrain(REPEATED, out, model=model, **options)
 
 
@@ -173,8 +186,10 @@ def test_exported_checkpoint_matches_the_fitted_encoder(tiny_bert, tmp_path):
     from transformers import AutoModel
 
     est = BertSentenceTransformer(tiny_bert, fine_tune="full", **FAST)
-    est.fit(np.array([[a, b] for a, b in zip(POS, NEG, strict=True)], dtype=object),
-            np.linspace(0, 5, 5))  # fmt: skip
+    est.fit(
+        np.array([[a, b] for a, b in zip(POS, NEG, strict=True)], dtype=object),
+        np.linspace(0, 5, 5),
+    )
     path = est.save_pretrained(tmp_path / "sbert")
     reloaded = AutoModel.from_pretrained(path)
     for name, value in est.network_.backbone.state_dict().items():

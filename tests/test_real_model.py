@@ -42,7 +42,8 @@ def test_demo_sample_separates_sentiment(packaged_model):
     from sklearn.pipeline import make_pipeline
 
     X, y = load_demo_sentiment(return_X_y=True)
-    pipe = make_pipeline(BertSentenceTransformer(packaged_model, device="cpu"),
-                         LogisticRegression(max_iter=1000))  # fmt: skip
+    pipe = make_pipeline(
+        BertSentenceTransformer(packaged_model, device="cpu"), LogisticRegression(max_iter=1000)
+    )
     accuracy = cross_val_score(pipe, X, y, cv=3).mean()
     assert accuracy > 0.7  # frozen MiniLM features on SST-2 score ~0.77-0.80; chance is 0.5

@@ -98,8 +98,10 @@ def test_truncation_strategies_keep_the_right_tokens(tiny_bert):
     """Each strategy's vector equals the vector of the text cut by hand."""
     words = LONG_TEXT.split()
     texts = [LONG_TEXT]
-    est = {t: make(tiny_bert, truncation=t, max_length=10, head_length=3).fit(texts)
-           for t in ("head", "tail", "head+tail")}  # fmt: skip
+    est = {
+        t: make(tiny_bert, truncation=t, max_length=10, head_length=3).fit(texts)
+        for t in ("head", "tail", "head+tail")
+    }
     plain = make(tiny_bert, max_length=10).fit(texts)
     # every word of LONG_TEXT is one token, so 8 content tokens = 8 words
     np.testing.assert_allclose(
@@ -125,8 +127,9 @@ def test_chunks_pool_every_window(tiny_model, chunk_pooling):
     parts = make(tiny_model, max_length=10).fit(windows).transform(windows)
     expected = parts.mean(0) if chunk_pooling == "mean" else parts.max(0)
     np.testing.assert_allclose(vector, expected, rtol=1e-5, atol=1e-6)
-    capped = make(tiny_model, truncation="chunks", chunk_pooling=chunk_pooling, max_length=10,
-                  max_chunks=1).fit([text])  # fmt: skip
+    capped = make(
+        tiny_model, truncation="chunks", chunk_pooling=chunk_pooling, max_length=10, max_chunks=1
+    ).fit([text])
     np.testing.assert_allclose(capped.transform([text])[0], parts[0], rtol=1e-5, atol=1e-6)
 
 
@@ -276,12 +279,14 @@ def test_pipeline_and_grid_search(tiny_bert, n_jobs):
     pipe = make_pipeline(make(tiny_bert), LogisticRegression(max_iter=200))
     grid = GridSearchCV(
         pipe,
-        {"bertsentencetransformer__pooling": ["cls", "mean"],
-         "bertsentencetransformer__layer": [-1, (1, 2)]},
+        {
+            "bertsentencetransformer__pooling": ["cls", "mean"],
+            "bertsentencetransformer__layer": [-1, (1, 2)],
+        },
         cv=2,
         n_jobs=n_jobs,
         error_score="raise",
-    )  # fmt: skip
+    )
     grid.fit(X, y)
     assert len(grid.cv_results_["params"]) == 4
     assert np.isfinite(grid.cv_results_["mean_test_score"]).all()

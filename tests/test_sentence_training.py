@@ -27,8 +27,13 @@ PAIRS = np.array(
 SCORES = np.array([5.0, 4.5, 4.0, 5.0, 4.5] * 2 + [0.0, 0.5, 1.0, 0.0, 0.5] * 2)
 NLI = np.array(["entailment"] * 10 + ["contradiction"] * 10, dtype=object)
 
-FAST = {"learning_rate": 3e-3, "top_learning_rate": 3e-2, "batch_size": 4, "device": "cpu",
-        "random_state": 0}  # fmt: skip
+FAST = {
+    "learning_rate": 3e-3,
+    "top_learning_rate": 3e-2,
+    "batch_size": 4,
+    "device": "cpu",
+    "random_state": 0,
+}
 
 
 def make(model, **params):
@@ -113,8 +118,15 @@ def check_full_fine_tuning(model, pooling):
 
 def test_chunk_attention_trains_with_head_only(tiny_model):
     texts = np.array([LONG_TEXT + " " + t for t in TEXTS], dtype=object)
-    est = make(tiny_model, truncation="chunks", chunk_pooling="attention", max_length=16,
-               max_chunks=6, fine_tune="top", max_epochs=1)  # fmt: skip
+    est = make(
+        tiny_model,
+        truncation="chunks",
+        chunk_pooling="attention",
+        max_length=16,
+        max_chunks=6,
+        fine_tune="top",
+        max_epochs=1,
+    )
     est.fit(texts, LABELS)
     assert est.transform(texts).shape == (10, 16)
     assert np.isfinite(est.loss_curve_).all()
@@ -186,9 +198,14 @@ def test_grid_search_with_sts_scorer(tiny_bert):
 
 
 def test_pipeline_compares_trained_poolings(tiny_bert):
-    pipe = make_pipeline(make(tiny_bert, max_epochs=1, cnn_channels=4),
-                         LogisticRegression(max_iter=500))  # fmt: skip
-    grid = GridSearchCV(pipe, {"bertsentencetransformer__pooling": ["cls", "mean", "cnn"]},
-                        cv=2, error_score="raise")  # fmt: skip
+    pipe = make_pipeline(
+        make(tiny_bert, max_epochs=1, cnn_channels=4), LogisticRegression(max_iter=500)
+    )
+    grid = GridSearchCV(
+        pipe,
+        {"bertsentencetransformer__pooling": ["cls", "mean", "cnn"]},
+        cv=2,
+        error_score="raise",
+    )
     grid.fit(TEXTS, LABELS)
     assert len(grid.cv_results_["params"]) == 3

@@ -32,10 +32,13 @@ def test_no_getattr_magic_and_hasattr_loads_nothing(tiny_bert, tmp_path):
 
 
 def test_fit_resets_learned_state(tiny_bert):
-    est = BertSentenceTransformer(tiny_bert, device="cpu", fine_tune="full", max_epochs=1,
-                                  batch_size=4, random_state=0)
-    est.fit(np.array([[a, b] for a, b in zip(POS, NEG, strict=True)], dtype=object),
-            ["contradiction", "entailment"] * 2 + ["contradiction"])
+    est = BertSentenceTransformer(
+        tiny_bert, device="cpu", fine_tune="full", max_epochs=1, batch_size=4, random_state=0
+    )
+    est.fit(
+        np.array([[a, b] for a, b in zip(POS, NEG, strict=True)], dtype=object),
+        ["contradiction", "entailment"] * 2 + ["contradiction"],
+    )
     assert hasattr(est, "classes_") and hasattr(est, "loss_curve_")
     est.set_params(fine_tune="none").fit(TEXTS)
     for name in ("classes_", "loss_curve_", "n_iter_", "objective_", "output_layer_"):
@@ -47,8 +50,14 @@ def test_fit_resets_learned_state(tiny_bert):
 
 
 def test_readout_is_resolved_once(tiny_bert):
-    est = BertSentenceTransformer(tiny_bert, device="cpu", layer=(-2, -1), max_length=None,
-                                  truncation="chunks", chunk_pooling="max").fit(TEXTS)
+    est = BertSentenceTransformer(
+        tiny_bert,
+        device="cpu",
+        layer=(-2, -1),
+        max_length=None,
+        truncation="chunks",
+        chunk_pooling="max",
+    ).fit(TEXTS)
     readout = est.readout_
     assert isinstance(readout, Readout) and readout.chunked
     assert readout.layers == (1, 2) == est.layers_ and readout.max_length == 64
@@ -65,16 +74,26 @@ def test_validation_score_is_what_score_gives(tiny_bert):
     from sklearn.utils import check_random_state
 
     for precision in ("fp32", "bf16"):
-        clf = BertTextClassifier(tiny_bert, device="cpu", precision=precision, max_epochs=3,
-                                 early_stopping=True, n_iter_no_change=3,
-                                 validation_fraction=0.3, learning_rate=5e-3,
-                                 top_learning_rate=5e-2, batch_size=4, random_state=0)
+        clf = BertTextClassifier(
+            tiny_bert,
+            device="cpu",
+            precision=precision,
+            max_epochs=3,
+            early_stopping=True,
+            n_iter_no_change=3,
+            validation_fraction=0.3,
+            learning_rate=5e-3,
+            top_learning_rate=5e-2,
+            batch_size=4,
+            random_state=0,
+        )
         clf.fit(X, Y)
         # the same split as fit makes: its seed is drawn from random_state
         seed = int(check_random_state(0).randint(2**31 - 1))
         targets = LabelEncoder().fit_transform(Y)
-        _, val_idx = train_test_split(np.arange(len(X)), test_size=0.3, stratify=targets,
-                                      random_state=seed)
+        _, val_idx = train_test_split(
+            np.arange(len(X)), test_size=0.3, stratify=targets, random_state=seed
+        )
         assert len(clf.validation_scores_) == 3
         assert clf.best_validation_score_ == clf.score(X[val_idx], Y[val_idx]), precision
 
@@ -131,8 +150,14 @@ def test_import_loads_no_transformers_model_code():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('transformers', 'huggingface_hub') or m.startswith('skbert.')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=REPO, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        timeout=120,
+    )
     loaded = eval(out.stdout)
     assert not [m for m in loaded if m.startswith(("transformers", "huggingface_hub"))], loaded
     assert "skbert.datasets" not in loaded and "skbert.metrics" not in loaded, loaded
