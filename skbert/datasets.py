@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.utils import Bunch
 
+from ._fetch import fetch
+
 __all__ = [
     "get_data_home",
     "load_stsb",
@@ -50,8 +52,6 @@ def get_data_home(data_home=None) -> Path:
 def _require(path: Path, name: str, source: str, download: bool = False) -> Path:
     """``path``, fetched first when missing and ``download``; else a clear error."""
     if not path.is_file() and download:
-        from ._fetch import fetch
-
         fetch(path.parent.name, path.parent)
     if not path.is_file():
         raise FileNotFoundError(

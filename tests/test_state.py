@@ -161,3 +161,12 @@ def test_import_loads_no_transformers_model_code():
     loaded = eval(out.stdout)
     assert not [m for m in loaded if m.startswith(("transformers", "huggingface_hub"))], loaded
     assert "skbert.datasets" not in loaded and "skbert.metrics" not in loaded, loaded
+
+
+def test_a_fit_that_deferred_loading_can_start_another_model(tiny_bert, tmp_path):
+    """model=fitted works when the fitted estimator's encoder is not loaded yet (memory=)."""
+    deferred = BertSentenceTransformer(tiny_bert, device="cpu", memory=tmp_path).fit(TEXTS)
+    assert "network_" not in vars(deferred)
+    started = BertSentenceTransformer(deferred, device="cpu").fit(TEXTS)
+    plain = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    np.testing.assert_array_equal(started.transform(TEXTS), plain.transform(TEXTS))
