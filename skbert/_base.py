@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 import warnings
 from numbers import Integral, Real
 
@@ -19,6 +18,7 @@ from ._network import SentenceEncoder
 from ._readout import resolve_readout
 from ._runtime import report, resolve_device, resolve_precision
 from ._training import TrainingConfig
+from ._validation import check_output_dir
 from .pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from .truncation import STRATEGIES
 
@@ -245,15 +245,21 @@ class BertEstimatorBase(BaseEstimator):
         Parameters
         ----------
         path : str or os.PathLike
-            Directory to write (created if missing; files in it are overwritten).
+            Directory to write (created if missing; files in it of the same names are
+            overwritten).
 
         Returns
         -------
         str
             The directory written.
+
+        Raises
+        ------
+        NotADirectoryError
+            If ``path`` is an existing file.
         """
         check_is_fitted(self)
-        path = os.fspath(path)
+        path = check_output_dir(path, "path")
         network = self._loaded_network()
         with quiet_loading():  # no "Writing model shards" bar
             network.backbone.save_pretrained(path)

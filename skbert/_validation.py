@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import numpy as np
 
-__all__ = ["check_texts", "check_layers"]
+__all__ = ["check_texts", "check_layers", "check_output_dir"]
 
 
 def _is_missing(value) -> bool:
@@ -143,3 +144,35 @@ def check_layers(layer, n_hidden_states: int) -> tuple:
                 f"must be in [{-n_hidden_states}, {n_hidden_states - 1}]."
             )
     return tuple(int(value) % n_hidden_states for value in layers)
+
+
+def check_output_dir(path, name: str) -> str:
+    """``path`` as a str, if a checkpoint folder can be written there.
+
+    Hugging Face's ``save_pretrained`` only logs an error and returns when ``path`` is an
+    existing file, so a save would report success while writing nothing: refuse it first.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The folder to write (created if missing).
+    name : str
+        The parameter's name, for the error message.
+
+    Returns
+    -------
+    str
+        ``os.fspath(path)``.
+
+    Raises
+    ------
+    NotADirectoryError
+        If ``path`` exists and is not a folder.
+    """
+    path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(
+            f"{name}={path!r} is an existing file; a checkpoint is a folder. Give a new path or "
+            "an existing folder (its files of the same names are overwritten)."
+        )
+    return path

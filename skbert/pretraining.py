@@ -34,6 +34,7 @@ from ._backbone import (
 from ._network import MaskedLMNetwork
 from ._runtime import report, resolve_device, resolve_precision
 from ._training import TrainingConfig, length_grouped_batches, train
+from ._validation import check_output_dir
 
 __all__ = ["further_pretrain", "load_masked_lm", "masked_lm_windows"]
 
@@ -320,6 +321,8 @@ def further_pretrain(
     ValueError
         For a model without a masked-LM head, a tokenizer without a mask token, no non-empty
         text, or a bad parameter value.
+    NotADirectoryError
+        If ``output_dir`` is an existing file (checked before training).
 
     Examples
     --------
@@ -329,6 +332,7 @@ def further_pretrain(
     ...                         random_state=0)  # doctest: +SKIP
     >>> clf = BertTextClassifier(model=path).fit(texts, labels)  # doctest: +SKIP
     """
+    output_dir = check_output_dir(output_dir, "output_dir")  # before, not after, training
     texts = [str(t) for t in texts]
     seed = int(check_random_state(random_state).randint(2**31 - 1))
     device = resolve_device(device)
@@ -365,7 +369,6 @@ def further_pretrain(
             f"masked-LM pre-training: {len(features)} windows, {steps} steps, loss per epoch "
             f"{curve}"
         )
-    output_dir = os.fspath(output_dir)
     with quiet_loading():
         mlm.to("cpu").save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)

@@ -230,3 +230,21 @@ def test_fast_masked_lm_loss_equals_the_models_own(tiny_model):
         expected = mlm(**batch).loss
         fast = network(**dict(batch))
     torch.testing.assert_close(fast, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_saving_onto_an_existing_file_raises(tiny_bert, tmp_path):
+    """save_pretrained and further_pretrain refuse a path that is a file (Hugging Face's
+    save_pretrained would log and return, writing nothing); further_pretrain before training."""
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    fitted = BertTextClassifier(tiny_bert, **FAST).fit(X, Y)
+    with pytest.raises(NotADirectoryError, match="path=.*is an existing file"):
+        fitted.save_pretrained(taken)
+    with pytest.raises(NotADirectoryError, match="output_dir=.*is an existing file"):
+        further_pretrain(["the cat sat"], taken, model=tiny_bert, max_steps=1, verbose=0)
+    assert taken.read_text() == "not a folder"
+    # an existing folder is fine: its files are overwritten
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert fitted.save_pretrained(folder) == str(folder)
+    assert (folder / "config.json").is_file()
