@@ -34,6 +34,7 @@ __all__ = [
     "POOLING_INDEX",
     "FeatureStore",
     "assemble",
+    "cache_key",
     "cached_vectors",
     "decomposable",
     "readout_index",
@@ -174,6 +175,39 @@ class FeatureStore:
         self._shards[name] = np.load(self.directory / f"{name}.vals.npy", mmap_mode="r")
         for row, digest in enumerate(digests.tolist()):
             self._index[digest] = (name, row)
+
+
+def cache_key(readout: Readout, *, model: str, device: str, precision) -> dict:
+    """Everything that changes the stored vectors, for :func:`get_store`.
+
+    Parameters
+    ----------
+    readout : Readout
+        Its encoding settings; and for a readout that is not :func:`decomposable`, its own
+        pooling and layers (stored as final vectors under their own key).
+    model : str
+        The model's fingerprint (:mod:`skbert._fingerprint`).
+    device : str
+        The device type (``"cpu"``, ``"cuda"``, ...).
+    precision : torch.dtype or None
+        The inference precision (None for float32).
+
+    Returns
+    -------
+    dict
+        The key's description, written to the key's folder as ``key.json``.
+    """
+    if decomposable(readout):
+        what = "all layers"
+    else:
+        what = [readout.pooling, list(readout.layers), readout.layer_combine]
+    return {
+        "model": model,
+        **readout.encoding_key(),
+        "device": device,
+        "precision": str(precision),
+        "readout": what,
+    }
 
 
 def get_store(root, description: dict) -> FeatureStore:

@@ -94,10 +94,7 @@ def progress(iterable, *, desc: str, unit: str, verbose, total=None):
 
 def report(message: str) -> None:
     """Tell the user ``message``: on stderr, the stream of the progress bars, without
-    breaking a bar that is being drawn."""
-    if "tqdm" in sys.modules:
-        from tqdm import tqdm
+    breaking a bar that is being drawn (torch imports tqdm anyway, so this costs nothing)."""
+    from tqdm import tqdm
 
-        tqdm.write(message, file=sys.stderr)
-    else:
-        print(message, file=sys.stderr)
+    tqdm.write(message, file=sys.stderr)

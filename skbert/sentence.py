@@ -19,7 +19,7 @@ from ._backbone import (
     local_directory,
 )
 from ._base import FINE_TUNE_MODES, BertEstimatorBase
-from ._feature_cache import cached_vectors, decomposable, get_store, text_digests
+from ._feature_cache import cache_key, cached_vectors, get_store, text_digests
 from ._fingerprint import directory_fingerprint, state_fingerprint
 from ._network import SiameseNetwork
 from ._runtime import report
@@ -353,16 +353,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             self.feature_fingerprint_ = state_fingerprint(network.backbone, self.tokenizer_)
         device, dtype = self._device_and_dtype()
         readout = self.readout_
-        whole = decomposable(readout)
-        key = {
-            "model": self.feature_fingerprint_,
-            **readout.encoding_key(),
-            "device": device.type,
-            "precision": str(dtype),
-            "readout": "all layers"
-            if whole
-            else [readout.pooling, list(readout.layers), readout.layer_combine],
-        }
+        context = {"model": self.feature_fingerprint_, "device": device.type, "precision": dtype}
 
         def compute(positions, all_layers):
             return self._forward_all(
@@ -371,7 +362,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                 all_layers=all_layers,
             )
 
-        store = get_store(root, key)
+        store = get_store(root, cache_key(readout, **context))
         vectors, n_computed = cached_vectors(store, text_digests(first, second), readout, compute)
         if self.verbose:
             n = len(first)
