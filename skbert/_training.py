@@ -1,25 +1,42 @@
 """The one training loop that every skbert estimator shares.
 
 AdamW with layer-wise learning-rate decay (:mod:`skbert.optim`), linear warm-up then linear
-decay, gradient clipping, optional autocast, length-grouped batches with dynamic padding,
-per-epoch validation with early stopping that restores the best weights, and a progress bar
-that shows the loss. Everything random runs under a forked torch RNG seeded from
-``random_state``, so CPU training is repeatable bit for bit and the caller's RNG is untouched.
+decay (:func:`linear_schedule`), gradient clipping, optional autocast with loss scaling for
+float16, length-grouped batches with dynamic padding, per-epoch validation with early stopping
+that restores the best weights, and a progress bar that shows the loss. Everything random runs
+under a forked torch RNG seeded from ``random_state``, so CPU training is repeatable bit for bit
+and the caller's RNG is untouched.
+
+A non-finite loss, gradient norm, weight or validation score stops training with
+:class:`~skbert.exceptions.TrainingDivergedError` at the step where it appears, so no model with
+NaN weights is ever returned. With a :class:`~skbert._checkpoint.TrainingCheckpoint` the whole
+training state is written at intervals, and a later call continues from it to the same result
+as an uninterrupted run.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+import re
+import warnings
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
 
+from ._checkpoint import decode_numpy_state, encode_numpy_state
 from ._runtime import autocast, progress, report
+from .exceptions import TrainingDivergedError
 from .optim import layerwise_param_groups
 
-__all__ = ["TrainingConfig", "TrainingHistory", "train", "length_grouped_batches"]
+__all__ = [
+    "TrainingConfig",
+    "TrainingHistory",
+    "train",
+    "length_grouped_batches",
+    "linear_schedule",
+]
 
 
 @dataclass
@@ -71,6 +88,81 @@ def length_grouped_batches(lengths, batch_size: int, rng: np.random.RandomState)
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
+def linear_schedule(optimizer, total_steps: int, warmup_fraction: float):
+    """Linear warm-up, then linear decay, with a non-zero learning rate at every step.
+
+    With ``w = ceil(warmup_fraction * total_steps)`` warm-up steps, step ``s`` (0-based) runs
+    at ``(s + 1) / (w + 1)`` times each group's rate during the warm-up and at
+    ``(total_steps - s) / (total_steps - w)`` after it: the peak is step ``w``, the last step
+    is the smallest and still above zero, so even a one-step fit trains (unlike
+    ``transformers.get_linear_schedule_with_warmup``, whose first step has rate 0).
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        Its groups' ``lr`` are the peak rates.
+    total_steps : int
+        Optimiser steps of the whole fit (>= 1).
+    warmup_fraction : float
+        Share of ``total_steps`` spent warming up, in [0, 1].
+
+    Returns
+    -------
+    torch.optim.lr_scheduler.LambdaLR
+        Call its ``step()`` after each optimiser step.
+    """
+    warmup = min(math.ceil(warmup_fraction * total_steps), total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(total_steps - step, 0) / max(total_steps - warmup, 1)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+_SCHEDULER_ORDER_WARNING = re.escape("Detected call of `lr_scheduler.step()` before")
+
+
+@dataclass
+class _Plan:
+    """How long the fit is, and how to name a step in a message."""
+
+    n_epochs: int
+    total_steps: int
+    desc: str
+
+    def where(self, step: int, epoch: int) -> str:
+        return f"step {step} of {self.total_steps} (epoch {epoch + 1} of {self.n_epochs})"
+
+
+@dataclass
+class _Optimisation:
+    """The trainable parameters and what updates them."""
+
+    params: list
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: object  # a torch GradScaler
+
+
+@dataclass
+class _Progress:
+    """Where the loop is: with the torch objects, everything a checkpoint stores."""
+
+    epoch_rng: tuple  # the numpy RNG state before this epoch's make_batches(rng)
+    epoch: int = 0  # the epoch being run, 0-based
+    step: int = 0  # optimiser steps done, all epochs together
+    position: int = 0  # batches done in this epoch
+    loss_sum: float = 0.0  # training loss summed over this epoch's batches so far
+    loss_count: int = 0
+    best_score: float = -math.inf
+    best_state: dict | None = None
+    stale: int = 0  # epochs since the best validation score
+    finished: bool = False
+    history: TrainingHistory = field(default_factory=TrainingHistory)
+
+
 def train(
     network,
     loss_fn,
@@ -80,6 +172,7 @@ def train(
     validate=None,
     seed: int = 0,
     desc: str = "Training",
+    checkpoint=None,
 ) -> TrainingHistory:
     """Train ``network`` in place.
 
@@ -90,24 +183,86 @@ def train(
     loss_fn : callable ``(network, batch) -> scalar tensor``
     make_batches : callable ``(rng) -> list of batches``
         Called once per epoch with a ``numpy.random.RandomState``; a batch is whatever
-        ``loss_fn`` takes.
+        ``loss_fn`` takes. It must give the same batches for the same RNG state.
     config : TrainingConfig
     validate : callable ``(network) -> float`` or None
         Score on held-out data (higher is better), called in eval mode after each epoch.
     seed : int
         Seeds dropout, initialisation done inside ``loss_fn`` and the batch order.
     desc : str
-        Label of the progress bar.
+        Label of the progress bar and of error messages.
+    checkpoint : skbert._checkpoint.TrainingCheckpoint or None
+        Write the training state there at intervals; if it holds the state of this same run
+        (same data key, settings, seed and initial weights), continue from it.
 
     Returns
     -------
     TrainingHistory
-    """
-    from transformers import get_linear_schedule_with_warmup
 
-    device, dtype = config.device, config.dtype
-    network.to(device)
+    Raises
+    ------
+    skbert.exceptions.TrainingDivergedError
+        When the loss, the gradient norm (except under float16 loss scaling, which skips such
+        steps), a weight or a validation score stops being finite.
+    ValueError
+        If the data give no batch, or ``checkpoint`` holds the state of another run.
+
+    Notes
+    -----
+    Whatever happens inside (an error, ``KeyboardInterrupt``), the network is left in eval
+    mode with every backbone parameter trainable again.
+    """
+    try:
+        return _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpoint)
+    finally:
+        network.backbone.requires_grad_(True)
+        network.eval()
+
+
+def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpoint):
+    identity = None
+    if checkpoint is not None:  # of the weights as given, before any training
+        identity = checkpoint.identity(network, _result_settings(config), seed)
+    network.to(config.device)
     network.backbone.requires_grad_(config.train_backbone)
+    rng = np.random.RandomState(seed)
+    state = _Progress(epoch_rng=rng.get_state())
+    batches = make_batches(rng)
+    if not batches:
+        raise ValueError("no training batches: the training data is empty.")
+    plan = _plan(config, len(batches), desc)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        opt = _optimisation(network, config, plan.total_steps)
+        stored = None if checkpoint is None else checkpoint.load(identity)
+        if stored is not None:
+            _restore(stored, network, opt, state, rng, plan, config.device)
+            if config.verbose:
+                done = " (finished: nothing left to train)" if state.finished else ""
+                report(f"{desc}: resumed from step {state.step} of {plan.total_steps}{done}.")
+        while not state.finished and state.epoch < plan.n_epochs:
+            if state.epoch > 0:
+                state.epoch_rng = rng.get_state()
+                batches = make_batches(rng)
+            _run_epoch(network, loss_fn, batches, opt, config, plan, state, checkpoint, identity)
+            _end_epoch(network, validate, opt, config, plan, state)
+            state.epoch_rng = rng.get_state()  # the next epoch's make_batches starts here
+            if checkpoint is not None:
+                checkpoint.save(_snapshot(network, opt, state, config.device), identity)
+    return state.history
+
+
+def _plan(config: TrainingConfig, n_batches: int, desc: str) -> _Plan:
+    """Epochs and optimiser steps of the fit, from ``max_steps`` or ``max_epochs``."""
+    n_epochs = config.max_epochs
+    if config.max_steps is not None:
+        n_epochs = math.ceil(config.max_steps / n_batches)
+    total_steps = max(1, config.max_steps or n_epochs * n_batches)
+    return _Plan(n_epochs=n_epochs, total_steps=total_steps, desc=desc)
+
+
+def _optimisation(network, config: TrainingConfig, total_steps: int) -> _Optimisation:
+    """AdamW over layer-wise groups, its schedule, and a loss scaler (active for float16)."""
     groups = layerwise_param_groups(
         network,
         learning_rate=config.learning_rate,
@@ -116,68 +271,212 @@ def train(
         weight_decay=config.weight_decay,
         train_backbone=config.train_backbone,
     )
-    params = [p for g in groups for p in g["params"]]
-    history = TrainingHistory()
-    rng = np.random.RandomState(seed)
-    epoch_batches = make_batches(rng)
-    if not epoch_batches:
-        raise ValueError("no training batches: the training data is empty.")
-    n_epochs = config.max_epochs
-    if config.max_steps is not None:
-        n_epochs = math.ceil(config.max_steps / len(epoch_batches))
-    total_steps = max(1, config.max_steps or n_epochs * len(epoch_batches))
-    step = 0
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
-        scheduler = get_linear_schedule_with_warmup(
-            optimizer, math.ceil(config.warmup_fraction * total_steps), total_steps
+    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
+    return _Optimisation(
+        params=[p for g in groups for p in g["params"]],
+        optimizer=optimizer,
+        scheduler=linear_schedule(optimizer, total_steps, config.warmup_fraction),
+        scaler=loss_scaler(config.device, config.dtype),
+    )
+
+
+def loss_scaler(device: torch.device, dtype):
+    """The loss scaler of float16 training (``torch.amp.GradScaler``), disabled otherwise.
+
+    torch 2.2 has only the CUDA scaler (``torch.cuda.amp.GradScaler``): there, float16
+    training on another device runs without loss scaling, like bfloat16 (a step whose
+    gradients overflow then raises :class:`~skbert.exceptions.TrainingDivergedError`).
+    """
+    enabled = dtype is torch.float16
+    if hasattr(torch.amp, "GradScaler"):  # torch >= 2.3
+        return torch.amp.GradScaler(device.type, enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled and device.type == "cuda")
+
+
+def _run_epoch(network, loss_fn, batches, opt, config, plan, state, checkpoint, identity):
+    """Train on this epoch's batches from ``state.position`` on; checkpoint when due."""
+    batches = batches[: plan.total_steps - (state.step - state.position)]  # a short last epoch
+    network.train()
+    if not config.train_backbone:
+        network.backbone.eval()  # frozen encoder: no dropout inside it
+    bar = progress(
+        batches[state.position :],
+        desc=f"{plan.desc} epoch {state.epoch + 1}/{plan.n_epochs}",
+        unit="batch",
+        verbose=config.verbose,
+    )
+    for batch in bar:
+        where = plan.where(state.step + 1, state.epoch)
+        value = _train_step(network, loss_fn, batch, opt, config, plan.desc, where)
+        state.step += 1
+        state.position += 1
+        state.loss_sum += value
+        state.loss_count += 1
+        if config.verbose:
+            bar.set_postfix(loss=f"{state.loss_sum / state.loss_count:.4f}")
+        # the epoch's end writes its own checkpoint, after validation
+        if checkpoint is not None and checkpoint.due(state.step) and state.position < len(batches):
+            _check_weights(network, opt.params, config, plan, state)
+            checkpoint.save(_snapshot(network, opt, state, config.device), identity)
+
+
+def _train_step(network, loss_fn, batch, opt: _Optimisation, config, desc, where) -> float:
+    """One optimiser step; the batch's loss. Raises before a non-finite value is applied."""
+    with autocast(config.device, config.dtype):
+        loss = loss_fn(network, batch)
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        raise _diverged(desc, where, f"the training loss is {value}", config)
+    opt.optimizer.zero_grad(set_to_none=True)
+    opt.scaler.scale(loss).backward()
+    opt.scaler.unscale_(opt.optimizer)  # clip the true gradients, not the scaled ones
+    norm = float(torch.nn.utils.clip_grad_norm_(opt.params, config.max_grad_norm))
+    if not math.isfinite(norm) and not opt.scaler.is_enabled():
+        raise _diverged(desc, where, f"the gradient norm is {norm}", config)
+    opt.scaler.step(opt.optimizer)  # under loss scaling, skipped when a gradient is inf/NaN
+    opt.scaler.update()
+    if not opt.scaler.is_enabled():
+        opt.scheduler.step()
+        return value
+    with warnings.catch_warnings():
+        # a skipped first step is not the misuse this warns about: the schedule counts steps
+        warnings.filterwarnings("ignore", _SCHEDULER_ORDER_WARNING, UserWarning)
+        opt.scheduler.step()
+    return value
+
+
+def _end_epoch(network, validate, opt, config, plan, state: _Progress) -> None:
+    """Check the weights, record the epoch's loss and score, decide on early stopping."""
+    _check_weights(network, opt.params, config, plan, state)
+    history = state.history
+    history.loss_curve.append(state.loss_sum / max(state.loss_count, 1))
+    stop = state.epoch + 1 >= plan.n_epochs
+    if validate is not None:
+        network.eval()
+        score = float(validate(network))
+        if not math.isfinite(score):
+            where = f"the end of epoch {state.epoch + 1} of {plan.n_epochs}"
+            raise _diverged(plan.desc, where, f"the validation score is {score}", config)
+        history.validation_scores.append(score)
+        if config.verbose:
+            report(f"{plan.desc} epoch {state.epoch + 1}: validation score {score:.4f}")
+        if score > state.best_score:
+            state.best_score, state.stale = score, 0
+            state.best_state = copy.deepcopy(network.state_dict())
+        else:
+            state.stale += 1
+            stop = stop or (config.early_stopping and state.stale >= config.n_iter_no_change)
+    state.epoch += 1
+    state.position, state.loss_sum, state.loss_count = 0, 0.0, 0
+    if stop:
+        state.finished = True
+        if state.best_state is not None:
+            network.load_state_dict(state.best_state)
+            state.best_state = None  # the network holds it now
+
+
+def _check_weights(network, params, config, plan, state: _Progress) -> None:
+    """Raise if a trainable weight is inf or NaN (an overflow shows in the loss only later)."""
+    if not params or bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
+        return
+    names = {id(p): name for name, p in network.named_parameters()}
+    bad = next(p for p in params if not bool(torch.isfinite(p).all()))
+    where = plan.where(state.step, state.epoch)
+    what = f"weight {names.get(id(bad), '?')!r} is not finite after the update"
+    raise _diverged(plan.desc, where, what, config)
+
+
+def _diverged(desc: str, where: str, what: str, config: TrainingConfig) -> TrainingDivergedError:
+    """The error for a non-finite value, with what the user can change."""
+    advice = f"a lower learning_rate (it is {config.learning_rate:g})"
+    if config.top_learning_rate is not None:
+        advice += f" or top_learning_rate (it is {config.top_learning_rate:g})"
+    if config.dtype is not None:
+        precision = str(config.dtype).removeprefix("torch.")
+        advice += f', or precision="fp32" (this fit trained in {precision})'
+    return TrainingDivergedError(
+        f"{desc} diverged at {where}: {what}. Training stopped rather than give a model with "
+        f"non-finite weights. Try {advice}."
+    )
+
+
+def _result_settings(config: TrainingConfig) -> dict:
+    """The settings that change a fit's result, as JSON values (all but ``verbose``)."""
+    settings = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "verbose"}
+    settings["device"] = config.device.type
+    settings["dtype"] = None if config.dtype is None else str(config.dtype)
+    return settings
+
+
+def _device_rng_state(device: torch.device):
+    """The accelerator's RNG state (dropout draws from it there), or None on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
+    if device.type == "mps":
+        return torch.mps.get_rng_state()
+    return None
+
+
+def _set_device_rng_state(device: torch.device, rng_state) -> None:
+    if rng_state is None:
+        return
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(rng_state, device)
+    elif device.type == "mps":
+        torch.mps.set_rng_state(rng_state)
+
+
+def _cpu_state(state_dict) -> dict:
+    return {name: tensor.detach().cpu() for name, tensor in state_dict.items()}
+
+
+def _snapshot(network, opt: _Optimisation, state: _Progress, device) -> dict:
+    """Everything needed to continue this fit, as tensors and plain Python values."""
+    return {
+        "network": _cpu_state(network.state_dict()),
+        "optimizer": opt.optimizer.state_dict(),
+        "scheduler": opt.scheduler.state_dict(),
+        "scaler": opt.scaler.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "device_rng": _device_rng_state(device),
+        "numpy_rng": encode_numpy_state(state.epoch_rng),
+        "loop": {
+            "epoch": state.epoch,
+            "step": state.step,
+            "position": state.position,
+            "loss_sum": state.loss_sum,
+            "loss_count": state.loss_count,
+            "best_score": state.best_score,
+            "stale": state.stale,
+            "finished": state.finished,
+        },
+        "loss_curve": list(state.history.loss_curve),
+        "validation_scores": list(state.history.validation_scores),
+        "best_network": None if state.best_state is None else _cpu_state(state.best_state),
+    }
+
+
+def _restore(stored: dict, network, opt: _Optimisation, state: _Progress, rng, plan, device):
+    """Put a :func:`_snapshot` back into the network, the optimiser, the RNGs and ``state``."""
+    loop = stored["loop"]
+    if loop["step"] > plan.total_steps:
+        raise ValueError(
+            f"the stored training state is at step {loop['step']}, but this fit has only "
+            f"{plan.total_steps} steps: the training data changed without changing data_key."
         )
-        best_score, best_state, stale = -np.inf, None, 0
-        for epoch in range(n_epochs):
-            if epoch > 0:
-                epoch_batches = make_batches(rng)
-            epoch_batches = epoch_batches[: total_steps - step]  # max_steps: a last short epoch
-            network.train()
-            if not config.train_backbone:
-                network.backbone.eval()  # frozen encoder: no dropout inside it
-            total, count = 0.0, 0
-            bar = progress(
-                epoch_batches,
-                desc=f"{desc} epoch {epoch + 1}/{n_epochs}",
-                unit="batch",
-                verbose=config.verbose,
-            )
-            for batch in bar:
-                with autocast(device, dtype):
-                    loss = loss_fn(network, batch)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                total += float(loss.detach())
-                count += 1
-                if config.verbose:
-                    bar.set_postfix(loss=f"{total / count:.4f}")
-            history.loss_curve.append(total / max(count, 1))
-            if validate is None:
-                continue
-            network.eval()
-            score = float(validate(network))
-            history.validation_scores.append(score)
-            if config.verbose:
-                report(f"{desc} epoch {epoch + 1}: validation score {score:.4f}")
-            if score > best_score:
-                best_score, stale = score, 0
-                best_state = copy.deepcopy(network.state_dict())
-            else:
-                stale += 1
-                if config.early_stopping and stale >= config.n_iter_no_change:
-                    break
-        if best_state is not None:
-            network.load_state_dict(best_state)
-    network.backbone.requires_grad_(True)
-    network.eval()
-    return history
+    network.load_state_dict(stored["network"])
+    opt.optimizer.load_state_dict(stored["optimizer"])
+    opt.scheduler.load_state_dict(stored["scheduler"])
+    opt.scaler.load_state_dict(stored["scaler"])
+    torch.set_rng_state(stored["torch_rng"])
+    _set_device_rng_state(device, stored["device_rng"])
+    for key, value in loop.items():
+        setattr(state, key, value)
+    state.history = TrainingHistory(
+        loss_curve=list(stored["loss_curve"]),
+        validation_scores=list(stored["validation_scores"]),
+    )
+    state.best_state = stored["best_network"]
+    state.epoch_rng = decode_numpy_state(stored["numpy_rng"])
+    if state.epoch > 0:  # epoch 0's batches were drawn already, from the same start
+        rng.set_state(state.epoch_rng)
