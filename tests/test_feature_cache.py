@@ -1,8 +1,11 @@
 """The frozen-feature cache of BertSentenceTransformer(memory=...)."""
 
+import hashlib
 import json
+import os
 import pickle
 import shutil
+import warnings
 from pathlib import Path
 
 import joblib
@@ -13,9 +16,12 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
-from skbert import BertSentenceTransformer
+from skbert import BertSentenceTransformer, _feature_cache
 from skbert._feature_cache import (
+    FeatureCacheError,
+    FeatureCacheWarning,
     FeatureStore,
+    clear_memo,
     decomposable,
     readout_index,
     select,
@@ -284,10 +290,11 @@ def test_store_write_leaves_no_temporary_files(tmp_path):
     store.write(digests[5:], stored_features(7, seed=3))
     store.write(digests[:0], stored_features(0))  # nothing to write: no shard
     names = sorted(p.name for p in (tmp_path / "key").iterdir())
-    assert len(names) == 4, names
-    assert all(n.endswith((".keys.npy", ".vals.npy")) and not n.startswith(".") for n in names)
-    keys = {n[: -len(".keys.npy")] for n in names if n.endswith(".keys.npy")}
-    assert keys == {n[: -len(".vals.npy")] for n in names if n.endswith(".vals.npy")}
+    assert len(names) == 6, names
+    parts = (".keys.npy", ".vals.npy", ".sum.json")
+    assert all(n.endswith(parts) and not n.startswith(".") for n in names)
+    stems = [{n[: -len(part)] for n in names if n.endswith(part)} for part in parts]
+    assert stems[0] == stems[1] == stems[2] and len(stems[0]) == 2
 
 
 def test_text_digests_distinguish_texts_and_pairs():
@@ -309,3 +316,271 @@ def test_relative_memory_after_chdir(tiny_bert, tmp_path, monkeypatch):
         monkeypatch.chdir(tmp_path / folder)
         make(tiny_bert, memory="skbert-cache").fit(texts).transform(texts)
         assert len(shards(tmp_path / folder / "skbert-cache")) == 1
+
+
+# --- integrity: a bad shard is never served -----------------------------------------------
+
+
+def shard_files(directory, name):
+    return {part: directory / f"{name}.{part}" for part in ("vals.npy", "keys.npy", "sum.json")}
+
+
+def reseal(directory, name, row_shape=None):
+    """Rewrite a shard's checksum file so that it matches its (tampered) files: only the
+    header, dtype and shape checks can then refuse it."""
+    files = shard_files(directory, name)
+    record = json.loads(files["sum.json"].read_text())
+    for field in ("vals", "keys"):
+        data = files[f"{field}.npy"].read_bytes()
+        record[field] = {"bytes": len(data), "blake2b": hashlib.blake2b(data).hexdigest()}
+    if row_shape is not None:
+        record["row_shape"] = list(row_shape)
+    files["sum.json"].write_text(json.dumps(record))
+
+
+def _overwrite_values(fill):
+    def corrupt(directory, name):
+        path = shard_files(directory, name)["vals.npy"]
+        values = np.load(path)
+        np.save(path, np.full_like(values, fill))  # same header, same size
+
+    return corrupt
+
+
+def _truncate(path, keep):
+    data = path.read_bytes()
+    path.write_bytes(data[: keep(len(data))])
+
+
+def _object_keys(directory, name):
+    path = shard_files(directory, name)["keys.npy"]
+    keys = np.load(path)
+    np.save(path, np.array(keys.tolist(), dtype=object), allow_pickle=True)
+
+
+def _resealed_object_keys(directory, name):
+    _object_keys(directory, name)
+    reseal(directory, name)
+
+
+def _resealed_float64_values(directory, name):
+    path = shard_files(directory, name)["vals.npy"]
+    np.save(path, np.load(path).astype(np.float64))
+    reseal(directory, name)
+
+
+def _resealed_other_row_shape(directory, name):
+    path = shard_files(directory, name)["vals.npy"]
+    values = np.load(path)
+    values = values.reshape(len(values), -1)[:, :-1]  # one number short per row
+    np.save(path, values)
+    reseal(directory, name, row_shape=values.shape[1:])
+
+
+def _resealed_short_keys(directory, name):
+    path = shard_files(directory, name)["keys.npy"]
+    np.save(path, np.load(path)[:-1])
+    reseal(directory, name)
+
+
+CORRUPTIONS = {
+    "values overwritten with NaN": _overwrite_values(np.nan),
+    "values overwritten with zeros": _overwrite_values(0.0),
+    "values truncated": lambda d, n: _truncate(shard_files(d, n)["vals.npy"], lambda k: k // 2),
+    "values emptied": lambda d, n: _truncate(shard_files(d, n)["vals.npy"], lambda k: 0),
+    "values garbage": lambda d, n: shard_files(d, n)["vals.npy"].write_bytes(
+        np.random.default_rng(0).bytes(shard_files(d, n)["vals.npy"].stat().st_size)
+    ),
+    "keys an object array": _object_keys,
+    "keys a raw pickle": lambda d, n: shard_files(d, n)["keys.npy"].write_bytes(
+        pickle.dumps(list(TEXTS))
+    ),
+    "values missing": lambda d, n: shard_files(d, n)["vals.npy"].unlink(),
+    "checksum missing": lambda d, n: shard_files(d, n)["sum.json"].unlink(),
+    "checksum garbage": lambda d, n: shard_files(d, n)["sum.json"].write_text("{not json"),
+    "checksum of another format": lambda d, n: shard_files(d, n)["sum.json"].write_text(
+        json.dumps({**json.loads(shard_files(d, n)["sum.json"].read_text()), "format": 1})
+    ),
+    "resealed object keys": _resealed_object_keys,
+    "resealed float64 values": _resealed_float64_values,
+    "resealed rows of another shape": _resealed_other_row_shape,
+    "resealed keys one short": _resealed_short_keys,
+}
+
+
+@pytest.fixture(scope="module")
+def clean_cache(tiny_bert, tmp_path_factory):
+    """The uncached vectors of TEXTS, and a cache folder holding them in one shard."""
+    expected = make(tiny_bert).fit(TEXTS).transform(TEXTS)
+    root = tmp_path_factory.mktemp("clean-cache")
+    cached = make(tiny_bert, memory=root).fit(TEXTS).transform(TEXTS)
+    np.testing.assert_array_equal(cached, expected)
+    assert len(shards(root)) == 1
+    return expected, root
+
+
+def cache_warnings(record):
+    return [str(w.message) for w in record if issubclass(w.category, FeatureCacheWarning)]
+
+
+@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+def test_a_corrupt_shard_is_recomputed_with_a_warning(tiny_bert, clean_cache, tmp_path, corruption):
+    expected, clean = clean_cache
+    root = tmp_path / "cache"
+    shutil.copytree(clean, root)
+    [keys] = shards(root)
+    directory, name = keys.parent, keys.name[: -len(".keys.npy")]
+    CORRUPTIONS[corruption](directory, name)
+    clear_memo()  # a fresh process: the memoised store must not hide the damage
+    with pytest.warns(FeatureCacheWarning) as record:
+        out = make(tiny_bert, memory=root).fit(TEXTS).transform(TEXTS)
+    np.testing.assert_array_equal(out, expected)
+    [message] = cache_warnings(record)
+    assert str(keys) in message and f"in the folder {directory} " in message, message
+    assert "deleted" in message
+    assert not list(directory.glob(f"{name}.*"))  # the bad shard is gone, all of it
+    assert len(shards(root)) == 1  # and the recomputed one took its place
+    clear_memo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FeatureCacheWarning)
+        again = make(tiny_bert, memory=root).fit(TEXTS)
+        np.testing.assert_array_equal(again.transform(TEXTS), expected)
+    assert "network_" not in vars(again)  # read from the recomputed shard
+
+
+_UNPICKLED = []
+
+
+def _record_unpickling():
+    _UNPICKLED.append(True)
+    return "payload"
+
+
+class _Payload:
+    def __reduce__(self):
+        return (_record_unpickling, ())
+
+
+def test_store_never_unpickles_a_shard(tmp_path):
+    digests = text_digests(STORE_TEXTS)
+    FeatureStore(tmp_path).write(digests, stored_features(len(digests)))
+    [keys] = shards(tmp_path)
+    name = keys.name[: -len(".keys.npy")]
+    payload = np.array([_Payload()] * len(digests), dtype=object)
+    np.save(keys, payload, allow_pickle=True)
+    reseal(tmp_path, name)  # the checksum matches: only the dtype check stands in the way
+    with pytest.warns(FeatureCacheWarning, match="object"):
+        values, missing = FeatureStore(tmp_path).read(digests)
+    assert values is None and len(missing) == len(digests)
+    assert not _UNPICKLED
+
+
+def test_store_hashes_each_shard_once_per_process(tmp_path, monkeypatch):
+    hashed = []
+    digest = _feature_cache._file_digest
+    monkeypatch.setattr(_feature_cache, "_file_digest", lambda p: hashed.append(p) or digest(p))
+    digests = text_digests(STORE_TEXTS)
+    features = stored_features(len(digests))
+    writer = FeatureStore(tmp_path)
+    writer.write(digests[:6], features[:6])
+    writer.write(digests[6:], features[6:])
+    np.testing.assert_array_equal(writer.read(digests)[0], features)
+    assert hashed == []  # its own shards: hashed while written, not read back
+    reader = FeatureStore(tmp_path)
+    for _ in range(3):
+        np.testing.assert_array_equal(reader.read(digests)[0], features)
+    assert sorted(p.name for p in hashed) == sorted(
+        p.name for p in tmp_path.iterdir() if p.name.endswith(".npy")
+    )  # each file of each shard once
+
+
+def test_store_writes_keys_last(tmp_path, monkeypatch):
+    renamed = []
+    replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: renamed.append(Path(b).name) or replace(a, b))
+    FeatureStore(tmp_path).write(text_digests(STORE_TEXTS), stored_features(len(STORE_TEXTS)))
+    assert [n.split(".", 1)[1] for n in renamed] == ["vals.npy", "sum.json", "keys.npy"]
+    record = json.loads(next(tmp_path.glob("*.sum.json")).read_text())
+    assert record["format"] == _feature_cache.FORMAT_VERSION == 2
+    assert record["rows"] == len(STORE_TEXTS) and record["row_shape"] == [3, 3, 4]
+
+
+def test_store_leaves_a_shard_being_written_alone(tmp_path):
+    digests = text_digests(STORE_TEXTS)
+    features = stored_features(len(digests))
+    FeatureStore(tmp_path).write(digests, features)
+    [keys] = shards(tmp_path)
+    hidden = tmp_path / f".{keys.name}.tmp"  # as if its writer had not renamed it yet
+    keys.rename(hidden)
+    before = sorted(tmp_path.iterdir())
+    reader = FeatureStore(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FeatureCacheWarning)
+        values, missing = reader.read(digests)
+    assert values is None and len(missing) == len(digests)
+    assert sorted(tmp_path.iterdir()) == before  # nothing deleted
+    hidden.rename(keys)  # the writer finishes
+    values, missing = reader.read(digests)
+    np.testing.assert_array_equal(values, features)
+
+
+def test_store_refuses_rows_of_another_shape(tmp_path):
+    digests = text_digests(STORE_TEXTS)
+    FeatureStore(tmp_path / "a").write(digests, stored_features(len(digests), n_states=3))
+    expecting = FeatureStore(tmp_path / "a", row_shape=(3, 5, 4))
+    with pytest.warns(FeatureCacheWarning, match=r"shape \(3, 3, 4\), expected \(3, 5, 4\)"):
+        assert expecting.read(digests)[0] is None
+    assert not shards(tmp_path / "a")
+    with pytest.raises(ValueError, match=r"shape \(3, 3, 4\).*\(3, 5, 4\)"):
+        expecting.write(digests, stored_features(len(digests), n_states=3))
+    # a shard read before the row shape was known is dropped once it is
+    FeatureStore(tmp_path / "b").write(digests, stored_features(len(digests), n_states=3))
+    store = FeatureStore(tmp_path / "b")
+    assert store.read(digests)[0] is not None
+    with pytest.warns(FeatureCacheWarning, match="expected"):
+        store.expect((3, 5, 4))
+    assert store.read(digests)[0] is None and not shards(tmp_path / "b")
+
+
+def test_store_that_cannot_delete_a_bad_shard_never_serves_it(tmp_path, monkeypatch):
+    digests = text_digests(STORE_TEXTS)
+    FeatureStore(tmp_path).write(digests, stored_features(len(digests)))
+    _overwrite_values(np.nan)(tmp_path, shards(tmp_path)[0].name[: -len(".keys.npy")])
+
+    def refuse(self, missing_ok=False):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    store = FeatureStore(tmp_path)
+    with pytest.warns(FeatureCacheWarning, match="could not be deleted.*Permission denied"):
+        assert store.read(digests)[0] is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FeatureCacheWarning)
+        assert store.read(digests)[0] is None  # refused once, not re-hashed nor re-warned
+
+
+def test_a_cache_folder_that_cannot_be_used_is_named(tiny_bert, tmp_path, monkeypatch):
+    (tmp_path / "skbert-features").write_text("a file where the folder should be")
+    est = make(tiny_bert, memory=tmp_path).fit(TEXTS)
+    with pytest.raises(FeatureCacheError, match="skbert-features.*cannot be used.*delete it"):
+        est.transform(TEXTS)
+    blocked = tmp_path / "blocked"
+    blocked.write_text("not a folder")
+    digests = text_digests(STORE_TEXTS)
+    for action in (lambda s: s.read(digests), lambda s: s.write(digests, stored_features(12))):
+        with pytest.raises(FeatureCacheError, match=f"{blocked} .*cannot be used"):
+            action(FeatureStore(blocked))
+
+    # a write that fails half way (here: no permission to rename) leaves nothing behind
+    def refuse(src, dst):
+        if str(dst).endswith(".keys.npy"):
+            raise PermissionError(13, "Permission denied", str(dst))
+        return replace(src, dst)
+
+    replace = os.replace
+    monkeypatch.setattr(os, "replace", refuse)
+    store = FeatureStore(tmp_path / "key")
+    with pytest.raises(FeatureCacheError, match="key .*cannot be used.*Permission denied"):
+        store.write(digests, stored_features(12))
+    assert list((tmp_path / "key").iterdir()) == []
+    assert isinstance(FeatureCacheError("x"), OSError)
