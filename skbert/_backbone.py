@@ -33,7 +33,18 @@ __all__ = [
     "quiet_loading",
     "SpecialTokens",
     "model_max_length",
+    "float32_weights",
 ]
+
+
+def float32_weights() -> dict:
+    """The keyword argument that makes ``from_pretrained`` / ``from_config`` build float32
+    weights: ``dtype=`` since transformers 4.56, ``torch_dtype=`` before (transformers 5
+    otherwise loads a checkpoint in the dtype it was saved in)."""
+    from transformers import __version__
+
+    major, minor = (int(part) for part in __version__.split(".")[:2])
+    return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": torch.float32}
 
 
 def _packaged_default():
@@ -124,7 +135,7 @@ def load_backbone(model):
     with quiet_loading(), loading_errors(model, source):
         tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
         encoder, info = AutoModel.from_pretrained(
-            source, dtype=torch.float32, output_loading_info=True
+            source, output_loading_info=True, **float32_weights()
         )
     # A checkpoint saved with a task head (e.g. by skbert.pretraining) loads fine without
     # it; only encoder weights that are missing matter (the pooler is never read).

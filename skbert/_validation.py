@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Mapping, MappingView, Set
 
 import numpy as np
 
-__all__ = ["check_texts", "check_layers", "check_output_dir"]
+__all__ = ["check_texts", "check_layers", "check_kernel_sizes", "check_output_dir"]
 
 
 def _is_missing(value) -> bool:
@@ -20,20 +21,20 @@ def _is_missing(value) -> bool:
     return type(value).__name__ in {"NAType", "NaTType"}
 
 
-def _check_item(value, where: str) -> str:
+def _check_item(value, where: str, name: str) -> str:
     if isinstance(value, str):
         return value
     if _is_missing(value):
         raise ValueError(
-            f"X{where} is missing ({value!r}); every item must be a str. "
+            f"{name}{where} is missing ({value!r}); every item must be a str. "
             "Drop or fill missing texts first (an empty string '' is a valid text)."
         )
     raise TypeError(
-        f"X{where} is a {type(value).__name__} ({value!r:.50}); every item must be a str."
+        f"{name}{where} is a {type(value).__name__} ({value!r:.50}); every item must be a str."
     )
 
 
-def _to_rows(X):
+def _to_rows(X, name: str):
     """Return X as a list of rows (each a scalar or a sequence) and its number of columns."""
     if hasattr(X, "iloc") and hasattr(X, "columns"):  # pandas DataFrame
         values = X.to_numpy(dtype=object)
@@ -46,7 +47,7 @@ def _to_rows(X):
         if X.ndim == 2:
             return list(X), X.shape[1]
         raise ValueError(
-            f"X has {X.ndim} dimensions; expected a 1-D collection of texts or a 2-D array of "
+            f"{name} has {X.ndim} dimensions; expected a 1-D collection of texts or a 2-D array of "
             "shape (n_samples, 1) or (n_samples, 2) for sentence pairs."
         )
     rows = list(X)
@@ -54,20 +55,71 @@ def _to_rows(X):
         widths = {len(r) for r in rows}
         if len(widths) > 1:
             raise ValueError(
-                f"X has rows of different lengths {sorted(widths)}; sentence pairs must all have "
-                "exactly 2 items."
+                f"{name} has rows of different lengths {sorted(widths)}; sentence pairs must "
+                "all have exactly 2 items."
             )
         return rows, widths.pop()
     return rows, None
 
 
-def check_texts(X):
+def _check_container(X, name: str) -> None:
+    """Refuse what is not a collection of texts, or one whose iteration would mislead."""
+    if isinstance(X, (str, bytes)):
+        raise TypeError(
+            f"{name} must be a collection of texts, got a single {type(X).__name__} ({X!r:.50}). "
+            "Wrap it in a list: [text]."
+        )
+    if isinstance(X, Mapping):
+        raise TypeError(
+            f"{name} is a {type(X).__name__}: iterating it would encode its keys, not its values. "
+            f"Pass the texts as a list: list({name}.values()) for the values, list({name}) for the "
+            "keys."
+        )
+    if isinstance(X, Set) and not isinstance(X, MappingView):  # dict.keys() has an order
+        raise TypeError(
+            f"{name} is a {type(X).__name__}, which is unordered: its texts would come out in hash "
+            f"order, matching neither y nor any order of yours. Pass a list (e.g. sorted({name}))."
+        )
+    if X is None or not hasattr(X, "__iter__") and not hasattr(X, "__len__"):
+        raise TypeError(
+            f"{name} must be a 1-D collection of texts or a 2-column array of sentence pairs, "
+            f"got {type(X).__name__}."
+        )
+
+
+def _check_encodable(columns, pairs: bool, name: str) -> None:
+    """Raise if a text cannot be encoded as UTF-8 (it holds a lone surrogate, ``"\\ud800"``).
+
+    All texts are encoded once, joined; the culprit is searched for only when that fails.
+    """
+    try:
+        "".join("".join(column) for column in columns).encode("utf-8")
+        return
+    except UnicodeEncodeError:
+        pass
+    for j, column in enumerate(columns):
+        for i, text in enumerate(column):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                where = f"[{i}, {j}]" if pairs else f"[{i}]"
+                raise ValueError(
+                    f"{name}{where} cannot be encoded as UTF-8: it holds a lone surrogate "
+                    f"{text[exc.start]!r} at character {exc.start} ({text!r:.60}), half of a "
+                    "UTF-16 pair that is no character. It usually comes from a wrong decoding; "
+                    "fix that, or replace them: text.encode('utf-8', 'replace').decode()."
+                ) from None
+
+
+def check_texts(X, name: str = "X"):
     """Validate texts or sentence pairs.
 
     Parameters
     ----------
     X : 1-D iterable of str, or 2-D array-like of str with 1 or 2 columns
         Texts, or sentence pairs (2 columns). pandas Series and DataFrames are accepted.
+    name : str, default="X"
+        The parameter's name, for the error messages (``X[3] is missing``).
 
     Returns
     -------
@@ -79,34 +131,31 @@ def check_texts(X):
     Raises
     ------
     TypeError
-        If X is a bare string or an item is not a str.
+        If X is a bare string, a mapping (its keys would be read), a set (it has no order),
+        or an item is not a str.
     ValueError
-        If X is empty, an item is missing (None, NaN) or X has the wrong shape.
+        If X is empty, an item is missing (None, NaN), a text cannot be encoded as UTF-8 (a
+        lone surrogate) or X has the wrong shape.
     """
-    if isinstance(X, (str, bytes)):
-        raise TypeError(
-            f"X must be a collection of texts, got a single {type(X).__name__} ({X!r:.50}). "
-            "Wrap it in a list: [text]."
-        )
-    if X is None or not hasattr(X, "__iter__") and not hasattr(X, "__len__"):
-        raise TypeError(
-            f"X must be a 1-D collection of texts or a 2-column array of sentence pairs, "
-            f"got {type(X).__name__}."
-        )
-    rows, width = _to_rows(X)
+    _check_container(X, name)
+    rows, width = _to_rows(X, name)
     if not rows:
-        raise ValueError("X is empty; it must contain at least one text.")
-    if width is None or width == 1:
-        if width is None:
-            return [_check_item(row, f"[{i}]") for i, row in enumerate(rows)], None
-        return [_check_item(row[0], f"[{i}, 0]") for i, row in enumerate(rows)], None
-    if width == 2:
-        first = [_check_item(row[0], f"[{i}, 0]") for i, row in enumerate(rows)]
-        second = [_check_item(row[1], f"[{i}, 1]") for i, row in enumerate(rows)]
-        return first, second
-    raise ValueError(
-        f"X has {width} columns; expected 1 column of texts or 2 columns of sentence pairs."
-    )
+        raise ValueError(f"{name} is empty; it must contain at least one text.")
+    if width is None:
+        first = [_check_item(row, f"[{i}]", name) for i, row in enumerate(rows)]
+        _check_encodable([first], pairs=False, name=name)
+        return first, None
+    if width not in (1, 2):
+        raise ValueError(
+            f"{name} has {width} columns; expected 1 column of texts or 2 columns of sentence "
+            "pairs."
+        )
+    columns = [
+        [_check_item(row[j], f"[{i}, {j}]", name) for i, row in enumerate(rows)]
+        for j in range(width)
+    ]
+    _check_encodable(columns, pairs=True, name=name)
+    return columns[0], (columns[1] if width == 2 else None)
 
 
 def check_layers(layer, n_hidden_states: int) -> tuple:
@@ -115,7 +164,8 @@ def check_layers(layer, n_hidden_states: int) -> tuple:
     Parameters
     ----------
     layer : int or tuple of int
-        0 is the embedding output, -1 the last layer.
+        0 is the embedding output, -1 the last layer. numpy integers (as
+        ``GridSearchCV(..., {"layer": np.arange(1, 3)})`` gives) and lists are accepted.
     n_hidden_states : int
         Number of hidden states the encoder returns (its layers + 1).
 
@@ -127,13 +177,15 @@ def check_layers(layer, n_hidden_states: int) -> tuple:
     Raises
     ------
     TypeError
-        If ``layer`` is not an int or a tuple of ints.
+        If ``layer`` is not an int or a tuple (or list) of ints.
     ValueError
         If ``layer`` is empty or an index is out of range for this model.
     """
+    if isinstance(layer, bool) or not isinstance(layer, (numbers.Integral, tuple, list)):
+        raise TypeError(f"layer={layer!r} must be an int or a tuple of ints.")
     layers = (layer,) if isinstance(layer, numbers.Integral) else tuple(layer)
     if not layers:
-        raise ValueError("layer=() is empty; give an int or a non-empty tuple of ints.")
+        raise ValueError(f"layer={layer!r} is empty; give an int or a non-empty tuple of ints.")
     for value in layers:
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise TypeError(f"layer={layer!r} must be an int or a tuple of ints.")
@@ -144,6 +196,48 @@ def check_layers(layer, n_hidden_states: int) -> tuple:
                 f"must be in [{-n_hidden_states}, {n_hidden_states - 1}]."
             )
     return tuple(int(value) % n_hidden_states for value in layers)
+
+
+def check_kernel_sizes(value, name: str = "cnn_kernel_sizes") -> tuple:
+    """Check the kernel sizes of a CNN pooling and return them as a tuple of ints.
+
+    Parameters
+    ----------
+    value : tuple or list of int
+        Kernel widths in tokens, each at least 1 (numpy integers accepted, bools refused).
+    name : str, default="cnn_kernel_sizes"
+        The parameter's name, for the error message.
+
+    Returns
+    -------
+    tuple of int
+        The sizes as Python ints, in the order given.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not a tuple or list, or a size is not an int.
+    ValueError
+        If ``value`` is empty or a size is below 1.
+    """
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(
+            f"{name}={value!r} must be a tuple or list of ints (kernel widths in tokens), "
+            f"not a {type(value).__name__}; e.g. (1, 3, 5)."
+        )
+    if not value:
+        raise ValueError(f"{name}={value!r} is empty; give at least one kernel width, e.g. (3,).")
+    for size in value:
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+            raise TypeError(
+                f"{name}={value!r} holds {size!r}, a {type(size).__name__}; every kernel width "
+                "must be an int >= 1."
+            )
+        if size < 1:
+            raise ValueError(
+                f"{name}={value!r} holds {size!r}; every kernel width must be an int >= 1."
+            )
+    return tuple(int(size) for size in value)
 
 
 def check_output_dir(path, name: str) -> str:

@@ -7,9 +7,11 @@ checkpoint directory that every skbert estimator takes as ``model=``;
 ``BertTextClassifier(mlm_steps=...)`` does the within-task variant inside ``fit``, so that
 ``GridSearchCV`` can compare BERT-FiT and BERT-ITPT-FiT.
 
-Masking is transformers' ``DataCollatorForLanguageModeling`` (15 % of the tokens, of which 80 %
-become the mask token, 10 % a random token, 10 % stay; optionally whole words); the loop is
-skbert's shared one (AdamW, linear warm-up and decay, clipping, seeded).
+Masking is BERT's (15 % of the tokens, of which 80 % become the mask token, 10 % a random token,
+10 % stay; optionally whole words), drawn exactly as transformers 5's
+``DataCollatorForLanguageModeling`` draws it but without depending on that class, whose
+arguments changed across the supported transformers versions; the loop is skbert's shared one
+(AdamW, linear warm-up and decay, clipping, seeded).
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ import os
 import warnings
 from numbers import Integral, Real
 
+import numpy as np
 import torch
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
 
 from ._backbone import (
     DEFAULT_MODEL,
+    SpecialTokens,
     fitted_encoder_source,
+    float32_weights,
     load_backbone,
     loading_errors,
     locate_model,
@@ -34,9 +39,9 @@ from ._backbone import (
 from ._network import MaskedLMNetwork
 from ._runtime import report, resolve_device, resolve_precision
 from ._training import TrainingConfig, length_grouped_batches, train
-from ._validation import check_output_dir
+from ._validation import check_output_dir, check_texts
 
-__all__ = ["further_pretrain", "load_masked_lm", "masked_lm_windows"]
+__all__ = ["further_pretrain", "load_masked_lm", "masked_lm_windows", "mask_batch"]
 
 
 def load_masked_lm(model=DEFAULT_MODEL):
@@ -88,7 +93,7 @@ def load_masked_lm(model=DEFAULT_MODEL):
         )
     with quiet_loading():
         if fitted is not None:
-            mlm = AutoModelForMaskedLM.from_config(config, dtype=torch.float32)
+            mlm = AutoModelForMaskedLM.from_config(config, **float32_weights())
             result = mlm.base_model.load_state_dict(backbone.state_dict(), strict=False)
             if [k for k in result.unexpected_keys if "pooler" not in k]:
                 raise ValueError(f"{name}'s encoder does not fit {type(mlm).__name__}.")
@@ -99,7 +104,7 @@ def load_masked_lm(model=DEFAULT_MODEL):
         else:
             with loading_errors(model, source):
                 mlm, info = AutoModelForMaskedLM.from_pretrained(
-                    source, dtype=torch.float32, output_loading_info=True
+                    source, output_loading_info=True, **float32_weights()
                 )
     head_missing = [k for k in info["missing_keys"] if "pooler" not in k]
     if head_missing:
@@ -117,37 +122,83 @@ def load_masked_lm(model=DEFAULT_MODEL):
 def masked_lm_windows(tokenizer, texts, max_length: int, whole_word_mask: bool = False) -> list:
     """Tokenize ``texts`` into training windows of at most ``max_length`` tokens.
 
-    A text longer than a window is cut into consecutive windows, so long documents are read in
-    full (as Sun et al.'s further pre-training does); empty texts are dropped.
+    Each text is tokenized whole (no special tokens, no truncation) and its tokens are cut
+    into consecutive windows of ``max_length`` minus the special tokens, which are then added
+    to each window; so long documents are read in full, once, in order (as Sun et al.'s
+    further pre-training does), whatever the tokenizer's own overflow handling does. Texts
+    without tokens (empty, blank) are dropped.
+
+    Parameters
+    ----------
+    tokenizer : transformers tokenizer
+        The model's tokenizer (a fast one for ``whole_word_mask``).
+    texts : list of str
+        The texts.
+    max_length : int
+        Tokens per window, special tokens included.
+    whole_word_mask : bool, default=False
+        Also return each token's character offsets in its text (``(0, 0)`` for the special
+        tokens), which whole-word masking groups word pieces by.
 
     Returns
     -------
     list of dict
-        Features for ``DataCollatorForLanguageModeling``: ``input_ids``, ``attention_mask``,
+        Features for :func:`mask_batch`: ``input_ids``, ``attention_mask``,
         ``special_tokens_mask`` (and ``offset_mapping`` for whole-word masking).
+
+    Raises
+    ------
+    ValueError
+        If no text has a token, ``max_length`` leaves no room for content tokens, or
+        ``whole_word_mask`` is asked of a slow tokenizer.
     """
     texts = [t for t in texts if t and t.strip()]
-    if not texts:
-        raise ValueError("masked-LM pre-training needs non-empty texts; got none.")
     if whole_word_mask and not getattr(tokenizer, "is_fast", False):
         raise ValueError("whole_word_mask=True needs a fast tokenizer (offsets mapping).")
+    specials = SpecialTokens.from_tokenizer(tokenizer)
+    width = max_length - specials.n_single
+    if width < 1:
+        raise ValueError(
+            f"max_length={max_length} leaves no room for text: the tokenizer adds "
+            f"{specials.n_single} special tokens to every window."
+        )
     features = []
     for start in range(0, len(texts), 1024):  # bounded memory for large corpora
-        encoded = tokenizer(
-            texts[start : start + 1024],
-            truncation=True,
-            max_length=max_length,
-            return_overflowing_tokens=True,
-            return_special_tokens_mask=True,
-            return_offsets_mapping=whole_word_mask,
-            return_token_type_ids=False,
-        )
-        encoded.pop("overflow_to_sample_mapping", None)
-        keys = list(encoded.keys())
-        features.extend(
-            dict(zip(keys, row, strict=True)) for row in zip(*encoded.values(), strict=True)
-        )
+        with quiet_loading():  # no "longer than the model's maximum" warning: cut below
+            encoded = tokenizer(
+                texts[start : start + 1024],
+                add_special_tokens=False,
+                truncation=False,
+                return_offsets_mapping=whole_word_mask,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+            )
+        offsets = encoded["offset_mapping"] if whole_word_mask else None
+        for i, ids in enumerate(encoded["input_ids"]):
+            spans = None if offsets is None else offsets[i]
+            features.extend(_windows(ids, spans, width, specials))
+    if not features:
+        raise ValueError("masked-LM pre-training needs non-empty texts; got none.")
     return features
+
+
+def _windows(ids, offsets, width: int, specials) -> list:
+    """Cut one text's token ``ids`` into windows of ``width`` tokens, special tokens added."""
+    prefix, suffix = (len(part) for part in specials.single)
+    windows = []
+    for start in range(0, len(ids), width):
+        content = list(ids[start : start + width])
+        input_ids, _ = specials.build(content)
+        window = {
+            "input_ids": input_ids,
+            "attention_mask": [1] * len(input_ids),
+            "special_tokens_mask": [1] * prefix + [0] * len(content) + [1] * suffix,
+        }
+        if offsets is not None:
+            spans = [tuple(span) for span in offsets[start : start + width]]
+            window["offset_mapping"] = [(0, 0)] * prefix + spans + [(0, 0)] * suffix
+        windows.append(window)
+    return windows
 
 
 def _train_masked_lm(
@@ -179,15 +230,8 @@ def _train_masked_lm(
     skbert._training.TrainingHistory
         ``loss_curve`` holds the mean masked-LM loss per epoch.
     """
-    from transformers import DataCollatorForLanguageModeling
-
     if tokenizer.mask_token is None:
         raise ValueError(f"{type(tokenizer).__name__} has no mask token; cannot mask tokens.")
-    # transformers' whole-word masking cannot put random tokens in: all chosen words are masked
-    replace = {"mask_replace_prob": 1.0, "random_replace_prob": 0.0} if whole_word_mask else {}
-    collator = DataCollatorForLanguageModeling(
-        tokenizer, mlm_probability=mlm_probability, whole_word_mask=whole_word_mask, **replace
-    )
     lengths = [len(f["input_ids"]) for f in features]
     device = config.device
 
@@ -197,17 +241,88 @@ def _train_masked_lm(
     def loss_fn(network, batch):
         # masking draws from the torch RNG, which the loop seeds: repeatable runs
         rows = [features[i] for i in batch]
-        if whole_word_mask:
-            rows = _pad_for_whole_words(rows, tokenizer.pad_token_id)
-        inputs = collator(rows)
+        inputs = mask_batch(rows, tokenizer, mlm_probability, whole_word_mask)
         inputs = {k: v.to(device) for k, v in inputs.items()}
         return network(**inputs)
 
     return train(MaskedLMNetwork(mlm_model), loss_fn, make_batches, config, seed=seed, desc=desc)
 
 
-def _pad_for_whole_words(rows, pad_id) -> list:
-    """Pad rows to one length, offsets included (``tokenizer.pad`` leaves offsets ragged)."""
+def mask_batch(rows, tokenizer, mlm_probability=0.15, whole_word_mask=False) -> dict:
+    """Pad windows into a batch and mask their tokens for masked-LM training.
+
+    ``mlm_probability`` of the tokens that are no special token are chosen (with
+    ``whole_word_mask``, that share of the words, all their pieces); 80 % of them become the
+    mask token, 10 % a random token, 10 % stay (with ``whole_word_mask``, all become the mask
+    token). The draws come from the global torch RNG, in the order and with the probabilities
+    of transformers 5's ``DataCollatorForLanguageModeling``, so a seed gives the same masks;
+    but where that would choose nothing in the whole batch (short windows, small batches),
+    one token (or word) is chosen at random, so that every batch has a loss.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Windows from :func:`masked_lm_windows` (with ``offset_mapping`` for whole words).
+    tokenizer : transformers tokenizer
+        Gives the pad and mask token ids, the vocabulary size and the padding side.
+    mlm_probability : float, default=0.15
+        Share of the tokens (or words) to choose.
+    whole_word_mask : bool, default=False
+        Choose whole words (word pieces grouped by their character offsets).
+
+    Returns
+    -------
+    dict of torch.Tensor
+        ``input_ids`` (masked), ``attention_mask`` and ``labels`` (-100 where not chosen).
+    """
+    padded = _pad_rows(rows, tokenizer.pad_token_id or 0, tokenizer.padding_side == "left")
+    input_ids = torch.tensor(padded["input_ids"], dtype=torch.long)
+    special = np.array(padded["special_tokens_mask"], dtype=bool)
+    labels = input_ids.clone()
+    if whole_word_mask:
+        word_ids, first_pieces = _word_ids(np.array(padded["offset_mapping"]), special)
+        can_choose = torch.from_numpy(first_pieces)
+    else:
+        can_choose = torch.from_numpy(~special)
+    probability = torch.full(labels.shape, float(mlm_probability))
+    probability.masked_fill_(~can_choose, 0.0)
+    chosen = torch.bernoulli(probability).bool()
+    if not chosen.any():  # a batch without a target has no loss (NaN): choose one anyway
+        candidates = can_choose.flatten().nonzero().flatten()
+        pick = candidates[torch.randint(len(candidates), ())]
+        chosen.view(-1)[pick] = True
+    if whole_word_mask:  # a chosen first piece chooses its whole word
+        same_word = (word_ids[:, :, None] == word_ids[:, None, :]) & (word_ids[:, None, :] >= 0)
+        chosen = torch.from_numpy(np.any(same_word & chosen.numpy()[:, None, :], axis=2))
+    labels[~chosen] = -100
+    mask_share = 1.0 if whole_word_mask else 0.8
+    to_mask = torch.bernoulli(torch.full(labels.shape, mask_share)).bool() & chosen
+    input_ids[to_mask] = tokenizer.mask_token_id
+    if not whole_word_mask:  # half the rest (10 % of the chosen) become a random token
+        to_random = torch.bernoulli(torch.full(labels.shape, 0.5)).bool() & chosen & ~to_mask
+        random_ids = torch.randint(len(tokenizer), labels.shape, dtype=torch.long)
+        input_ids[to_random] = random_ids[to_random]
+    attention = torch.tensor(padded["attention_mask"], dtype=torch.long)
+    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+
+
+def _word_ids(offsets, special):
+    """Word id of each token (-1 for special tokens) and where each word's first piece is:
+    a token starts a word unless it begins where the previous token ended."""
+    starts, ends = offsets[:, :, 0], offsets[:, :, 1]
+    previous_end = np.roll(ends, 1, axis=1)
+    previous_end[:, 0] = -1
+    previous_special = np.roll(special, 1, axis=1)
+    previous_special[:, 0] = False
+    first = ~special & ((starts != previous_end) | previous_special)
+    word_ids = np.cumsum(first, axis=1)
+    word_ids[special] = -1
+    return word_ids, first
+
+
+def _pad_rows(rows, pad_id, left: bool = False) -> dict:
+    """Pad the windows to one length: ``{key: list of rows}``, special tokens' fill for the
+    padding (masked out, never chosen)."""
     width = max(len(row["input_ids"]) for row in rows)
     fill = {
         "input_ids": pad_id,
@@ -215,10 +330,12 @@ def _pad_for_whole_words(rows, pad_id) -> list:
         "special_tokens_mask": 1,
         "offset_mapping": (0, 0),
     }
-    return [
-        {key: list(values) + [fill[key]] * (width - len(values)) for key, values in row.items()}
-        for row in rows
-    ]
+    padded = {key: [] for key in rows[0]}
+    for row in rows:
+        for key, values in row.items():
+            padding = [fill[key]] * (width - len(values))
+            padded[key].append(padding + list(values) if left else list(values) + padding)
+    return padded
 
 
 @validate_params(
@@ -232,7 +349,7 @@ def _pad_for_whole_words(rows, pad_id) -> list:
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "max_length": [Interval(Integral, 8, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "learning_rate": [Interval(Real, 0, 1, closed="right")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
         "random_state": ["random_state"],
@@ -271,8 +388,9 @@ def further_pretrain(
 
     Parameters
     ----------
-    texts : iterable of str
-        Unlabelled texts. Texts longer than ``max_length`` tokens are cut into consecutive
+    texts : array-like of str
+        Unlabelled texts (or a 2-column array of sentence pairs, whose sentences are all
+        used as texts). Texts longer than ``max_length`` tokens are cut into consecutive
         windows, all of which are trained on.
     output_dir : str or os.PathLike
         Directory to write the checkpoint to (created if missing).
@@ -283,8 +401,8 @@ def further_pretrain(
         Share of the tokens to mask (BERT's 15 %).
     whole_word_mask : bool, default=False
         Mask all the word pieces of a word together (needs a fast tokenizer); chosen words
-        are then always replaced by the mask token (transformers' whole-word masking has no
-        random-token replacement).
+        are then always replaced by the mask token (no random tokens, as in transformers'
+        whole-word masking).
     max_steps : int or None, default=None
         Training steps (batches); overrides ``max_epochs`` when set. Sun et al. train 100,000.
     max_epochs : int, default=1
@@ -294,8 +412,8 @@ def further_pretrain(
     batch_size : int, default=32
         Windows per training step.
     learning_rate : float, default=5e-5
-        AdamW rate (Sun et al.: 5e-5), with linear warm-up over ``warmup_fraction`` of the
-        steps and linear decay to 0.
+        AdamW rate, in (0, 1] (Sun et al.: 5e-5), with linear warm-up over
+        ``warmup_fraction`` of the steps and linear decay to 0.
     weight_decay : float, default=0.01
         AdamW weight decay; never applied to biases and LayerNorm weights.
     warmup_fraction : float, default=0.1
@@ -320,7 +438,10 @@ def further_pretrain(
     ------
     ValueError
         For a model without a masked-LM head, a tokenizer without a mask token, no non-empty
-        text, or a bad parameter value.
+        text, a missing text (None, NaN: the message names its position), or a bad parameter
+        value.
+    TypeError
+        For an item of ``texts`` that is not a str.
     NotADirectoryError
         If ``output_dir`` is an existing file (checked before training).
 
@@ -333,7 +454,8 @@ def further_pretrain(
     >>> clf = BertTextClassifier(model=path).fit(texts, labels)  # doctest: +SKIP
     """
     output_dir = check_output_dir(output_dir, "output_dir")  # before, not after, training
-    texts = [str(t) for t in texts]
+    first, second = check_texts(texts, "texts")  # None, NaN: errors, not "None", "nan"
+    texts = first + (second or [])
     seed = int(check_random_state(random_state).randint(2**31 - 1))
     device = resolve_device(device)
     dtype = resolve_precision(precision, device)

@@ -65,10 +65,19 @@ LONG_TEXT = " ".join(["the cat sat on the mat and the dog was not good ."] * 12)
 
 
 def _write_tokenizer(directory: Path):
+    import inspect
+
     from transformers import BertTokenizer
 
-    # transformers 5 takes the vocabulary itself (``vocab=``), not a vocab_file.
-    tokenizer = BertTokenizer(vocab={token: i for i, token in enumerate(VOCAB)})
+    if "vocab" in inspect.signature(BertTokenizer).parameters:
+        # transformers 5 takes the vocabulary itself (``vocab=``), not a vocab_file.
+        tokenizer = BertTokenizer(vocab={token: i for i, token in enumerate(VOCAB)})
+    else:  # transformers 4 (the oldest supported, scripts/test-oldest.sh): the fast class
+        from transformers import BertTokenizerFast
+
+        vocab_file = Path(directory) / "vocab.txt"
+        vocab_file.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+        tokenizer = BertTokenizerFast(vocab_file=str(vocab_file))
     tokenizer.save_pretrained(directory)
     reloaded = type(tokenizer).from_pretrained(directory)
     ids = reloaded("the cat sat", add_special_tokens=False)["input_ids"]

@@ -1,11 +1,12 @@
 """Further masked-LM pre-training, within-task pre-training in fit, and encoder hand-over."""
 
+import math
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from conftest import TEXTS, _write_tokenizer
+from conftest import LONG_TEXT, TEXTS, _write_tokenizer
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.frozen import FrozenEstimator
@@ -13,7 +14,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.utils._param_validation import InvalidParameterError
 
 from skbert import BertSentenceTransformer, BertTextClassifier
-from skbert.pretraining import further_pretrain, load_masked_lm, masked_lm_windows
+from skbert.pretraining import further_pretrain, load_masked_lm, mask_batch, masked_lm_windows
 
 REPEATED = ["the cat sat on the mat and the dog sat on the cat"] * 48
 POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
@@ -40,13 +41,13 @@ def _no_head_warning():
 
 def mlm_loss(path, texts, seed=0):
     """Masked-LM loss of the checkpoint at ``path`` on ``texts`` with a fixed masking."""
-    from transformers import AutoModelForMaskedLM, DataCollatorForLanguageModeling
+    from transformers import AutoModelForMaskedLM
 
     tokenizer, _ = load_masked_lm(path)
     torch.manual_seed(0)  # the same random head for a checkpoint that has none
     model = AutoModelForMaskedLM.from_pretrained(path).eval()
-    collator = DataCollatorForLanguageModeling(tokenizer, seed=seed)
-    batch = collator(masked_lm_windows(tokenizer, texts, 32))
+    torch.manual_seed(seed)
+    batch = mask_batch(masked_lm_windows(tokenizer, texts, 32), tokenizer)
     with torch.inference_mode():
         return float(model(**batch).loss)
 
@@ -109,6 +110,177 @@ def test_windows_cover_long_texts(tiny_bert):
     assert len(windows) == 5  # 120 tokens in windows of 30, and "a dog"; "" dropped
     assert all(len(w["input_ids"]) <= 32 for w in windows)
     assert sum(len(w["input_ids"]) - 2 for w in windows) == 122
+
+
+def content_ids(windows) -> list:
+    """The ids of ``windows`` that are no special token, in order."""
+    return [
+        token
+        for window in windows
+        for token, special in zip(window["input_ids"], window["special_tokens_mask"], strict=True)
+        if not special
+    ]
+
+
+def check_windows(tokenizer, texts, max_length):
+    """Each text's tokens, all read once and in order, in ceil(N / width) full windows."""
+    width = max_length - 2  # [CLS] ... [SEP]
+    every = []
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        windows = masked_lm_windows(tokenizer, [text], max_length)
+        assert len(windows) == math.ceil(len(ids) / width), (len(ids), len(windows))
+        assert content_ids(windows) == ids
+        for window in windows:
+            n = len(window["input_ids"])
+            assert window["input_ids"][0] == tokenizer.cls_token_id
+            assert window["input_ids"][-1] == tokenizer.sep_token_id
+            assert window["special_tokens_mask"] == [1] + [0] * (n - 2) + [1]
+            assert window["attention_mask"] == [1] * n
+        assert all(len(w["input_ids"]) == max_length for w in windows[:-1])
+        every.extend(windows)
+    assert masked_lm_windows(tokenizer, texts, max_length) == every  # one call, the same
+
+
+@pytest.mark.parametrize("truncation_side", ["right", "left"])
+def test_windows_read_every_token_once_in_order(tiny_model, truncation_side):
+    """The windows do not depend on the tokenizer's overflow handling (which reads a
+    left-truncating tokenizer's windows backwards, and under transformers 5.17 dropped some)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model, truncation_side=truncation_side)
+    long_text = LONG_TEXT + " the cats sat"  # 157 tokens: 5 windows of 30 and one of 7
+    check_windows(tokenizer, [long_text, "a dog", "the cat sat on the mat and"], max_length=32)
+    check_windows(tokenizer, [long_text], max_length=8)
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("truncation_side", ["right", "left"])
+def test_windows_of_the_real_tokenizer(packaged_model, truncation_side):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(packaged_model, truncation_side=truncation_side)
+    text = (
+        "Further pre-training reads unlabelled reviews; tokenization splits unfamiliar words "
+        "such as 'unbelievably' into word pieces. "
+    ) * 40  # over 512 tokens: longer than the model takes
+    assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) > 512
+    check_windows(tokenizer, [text, "A short one."], max_length=128)
+
+
+@pytest.mark.parametrize(("max_length", "truncation_side"), [(5, "left"), (16, "right")])
+def test_whole_word_offsets_line_up_with_the_tokens(tiny_bert, max_length, truncation_side):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert, truncation_side=truncation_side)
+    text = "the cats sat on the mat , the dogs sat and it was very good . " * 4
+    whole = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    windows = masked_lm_windows(tokenizer, [text], max_length, whole_word_mask=True)
+    offsets = []
+    for window in windows:
+        spans = window["offset_mapping"]
+        assert len(spans) == len(window["input_ids"])
+        for token, (start, end), special in zip(
+            window["input_ids"], spans, window["special_tokens_mask"], strict=True
+        ):
+            if special:
+                assert (start, end) == (0, 0)
+            else:
+                piece = tokenizer.convert_ids_to_tokens(token).removeprefix("##")
+                assert text[start:end] == piece
+                offsets.append((start, end))
+    assert offsets == [tuple(span) for span in whole["offset_mapping"]]
+    assert content_ids(windows) == whole["input_ids"]
+
+
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_masking_draws_as_transformers_collator_does(tiny_bert, whole_word_mask):
+    """skbert's masking (which works with every supported transformers) chooses, for a
+    seed, exactly what transformers' DataCollatorForLanguageModeling chooses."""
+    import inspect
+
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling
+
+    from skbert.pretraining import _pad_rows
+
+    options = {"mlm_probability": 0.3}
+    if whole_word_mask:
+        if "whole_word_mask" not in inspect.signature(DataCollatorForLanguageModeling).parameters:
+            pytest.skip("this transformers' collator has no offset-based whole-word masking")
+        options.update(whole_word_mask=True, mask_replace_prob=1.0, random_replace_prob=0.0)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    texts = [LONG_TEXT, "the cats sat", "a dog", "the dogs sat on the mat , love it"]
+    rows = masked_lm_windows(tokenizer, texts, 16, whole_word_mask=whole_word_mask)
+    if whole_word_mask:  # the collator's padding would leave the offsets ragged
+        padded = _pad_rows(rows, tokenizer.pad_token_id)
+        given = [
+            dict(zip(padded, values, strict=True)) for values in zip(*padded.values(), strict=True)
+        ]
+    else:
+        given = rows
+    collator = DataCollatorForLanguageModeling(tokenizer, **options)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        ours = mask_batch(rows, tokenizer, 0.3, whole_word_mask)
+        torch.manual_seed(seed)
+        theirs = collator(given)
+        assert set(theirs) == set(ours)
+        for key, value in ours.items():
+            assert torch.equal(value, theirs[key]), (seed, key)
+        chosen = ours["labels"] != -100
+        assert chosen.any()
+        if whole_word_mask:
+            assert (ours["input_ids"][chosen] == tokenizer.mask_token_id).all()
+
+
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_every_batch_has_a_target(tiny_bert, whole_word_mask):
+    """A batch in which no token is drawn would have a NaN loss: one token is chosen then."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    rows = masked_lm_windows(tokenizer, ["a dog", "the cats"], 8, whole_word_mask)
+    for seed in range(20):
+        torch.manual_seed(seed)
+        batch = mask_batch(rows, tokenizer, 1e-6, whole_word_mask)
+        chosen = (batch["labels"] != -100).nonzero().tolist()
+        if whole_word_mask and chosen == [[1, 2], [1, 3]]:  # "cats": cat ##s
+            continue
+        assert len(chosen) == 1, chosen
+        ((row, column),) = chosen
+        assert rows[row]["special_tokens_mask"][column] == 0
+
+
+def test_further_pretrain_validates_its_texts_and_rate(tiny_bert, tmp_path):
+    out = tmp_path / "out"
+    for missing in (None, float("nan"), np.nan):
+        with pytest.raises(ValueError, match=r"texts\[1\] is missing"):
+            further_pretrain(["the cat", missing], out, model=tiny_bert, max_steps=1, verbose=0)
+    with pytest.raises(TypeError, match=r"texts\[0\] is a int"):
+        further_pretrain([3, "the cat"], out, model=tiny_bert, max_steps=1, verbose=0)
+    with pytest.raises(ValueError, match=r"texts\[0\] cannot be encoded as UTF-8"):
+        further_pretrain(["the \ud800 cat"], out, model=tiny_bert, max_steps=1, verbose=0)
+    for rate in (1.5, 1e38, 0.0):
+        with pytest.raises(
+            InvalidParameterError, match=r"'learning_rate' .* range \(0(\.0)?, 1(\.0)?\]"
+        ):
+            further_pretrain(["the cat"], out, model=tiny_bert, learning_rate=rate)
+    assert not out.exists()
+
+
+def test_further_pretrain_reads_both_sentences_of_pairs(tiny_bert, tmp_path, monkeypatch):
+    import skbert.pretraining as module
+
+    seen = []
+
+    def recording(tokenizer, texts, *args, **kwargs):
+        seen.append(list(texts))
+        return masked_lm_windows(tokenizer, texts, *args, **kwargs)
+
+    monkeypatch.setattr(module, "masked_lm_windows", recording)
+    pairs = np.array([["the cat", "a dog"], ["the mat", "good film"]], dtype=object)
+    further_pretrain(pairs, tmp_path / "out", model=tiny_bert, max_steps=1, verbose=0)
+    assert seen == [["the cat", "the mat", "a dog", "good film"]]
 
 
 def test_warns_when_the_checkpoint_has_no_masked_lm_head(tiny_bert, tmp_path):
@@ -219,11 +391,8 @@ def test_fast_masked_lm_loss_equals_the_models_own(tiny_model):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tokenizer, mlm = load_masked_lm(tiny_model)
-    from transformers import DataCollatorForLanguageModeling
-
-    batch = DataCollatorForLanguageModeling(tokenizer, seed=0)(
-        masked_lm_windows(tokenizer, TEXTS + REPEATED[:4], 32)
-    )
+    torch.manual_seed(0)
+    batch = mask_batch(masked_lm_windows(tokenizer, TEXTS + REPEATED[:4], 32), tokenizer)
     network = MaskedLMNetwork(mlm).eval()
     assert network._head() is not None  # BERT's `cls`, ALBERT's `predictions`
     with torch.inference_mode():

@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from skbert._validation import check_texts
+from skbert._validation import check_kernel_sizes, check_layers, check_texts
 
 
 def test_list_of_texts():
@@ -81,3 +81,76 @@ def test_three_dimensions():
 
 def test_nan_detection_does_not_flag_strings():
     assert check_texts(["nan", "None"]) == (["nan", "None"], None)
+
+
+@pytest.mark.parametrize(
+    ("X", "where"),
+    [
+        (["a", "ok \ud800 here"], r"X\[1\]"),
+        (np.array(["a", "b", "\udfff"], dtype=object), r"X\[2\]"),
+        ([("a", "b"), ("c", "\ud800")], r"X\[1, 1\]"),
+        (pd.DataFrame({"text": ["\ud800x", "b"]}), r"X\[0, 0\]"),
+    ],
+)
+def test_lone_surrogate_names_the_position(X, where):
+    with pytest.raises(ValueError, match=where + r" cannot be encoded as UTF-8: .*surrogate"):
+        check_texts(X)
+
+
+def test_only_lone_surrogates_are_refused():
+    texts = ["café", "日本語", "emoji \U0001f600", "\u00a0"]
+    assert check_texts(texts) == (texts, None)
+    with pytest.raises(ValueError, match=r"X\[4\] .* lone surrogate '\\ud83d' at character 6"):
+        check_texts([*texts, "emoji \ud83d"])  # half of the pair that encodes U+1F600
+
+
+@pytest.mark.parametrize("X", [{"a": "text one", "b": "text two"}, pd.Series(["x"]).to_dict()])
+def test_mapping_is_refused_with_what_to_pass(X):
+    with pytest.raises(TypeError, match=r"X is a dict: .*its keys.*list\(X.values\(\)\)"):
+        check_texts(X)
+
+
+@pytest.mark.parametrize("X", [{"a", "b"}, frozenset({"a"})])
+def test_set_is_refused_as_unordered(X):
+    with pytest.raises(TypeError, match=r"X is a \w+, which is unordered.*Pass a list"):
+        check_texts(X)
+    # a dict's keys or values are ordered: taken as they come
+    assert check_texts({"a": "x", "b": "y"}.keys()) == (["a", "b"], None)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [((1, 3, 5), (1, 3, 5)), ([2], (2,)), ((np.int64(3), np.int32(1)), (3, 1))],
+)
+def test_kernel_sizes_accepted(value, expected):
+    sizes = check_kernel_sizes(value)
+    assert sizes == expected and all(type(s) is int for s in sizes)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [
+        ((), ValueError, r"cnn_kernel_sizes=\(\) is empty"),
+        ((0,), ValueError, r"cnn_kernel_sizes=\(0,\) holds 0; .* int >= 1"),
+        ((3, -1), ValueError, r"holds -1"),
+        (("a",), TypeError, r"cnn_kernel_sizes=\('a',\) holds 'a', a str"),
+        ((True,), TypeError, r"holds True, a bool"),
+        ((2.0,), TypeError, r"holds 2.0, a float"),
+        (3, TypeError, r"cnn_kernel_sizes=3 must be a tuple or list of ints"),
+        ("135", TypeError, r"must be a tuple or list of ints .* not a str"),
+    ],
+)
+def test_bad_kernel_sizes_name_the_parameter_and_value(value, error, match):
+    with pytest.raises(error, match=match):
+        check_kernel_sizes(value)
+
+
+def test_kernel_sizes_error_names_the_given_parameter():
+    with pytest.raises(ValueError, match=r"^sizes=\[\] is empty"):
+        check_kernel_sizes([], name="sizes")
+
+
+@pytest.mark.parametrize("layer", [1.5, None, {1: 2}])
+def test_layers_refuse_what_is_no_int_nor_sequence(layer):
+    with pytest.raises(TypeError, match=r"layer=.* must be an int or a tuple of ints"):
+        check_layers(layer, n_hidden_states=3)
