@@ -5,7 +5,9 @@ on first use so that ``import skbert`` stays quick: transformers (and huggingfac
 the data loaders (:mod:`skbert.datasets`) and the packaged model.
 """
 
+from ._persistence import load
 from .classifier import BertTextClassifier
+from .exceptions import TrainingDivergedError
 from .optim import layerwise_param_groups
 from .sentence import BertSentenceTransformer
 
@@ -15,5 +17,7 @@ __all__ = [
     "BertSentenceTransformer",
     "BertTextClassifier",
     "layerwise_param_groups",
+    "load",
+    "TrainingDivergedError",
     "__version__",
 ]

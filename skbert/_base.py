@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import io
+import contextlib
+import copy
+import hashlib
+import json
+import os
 import warnings
 from numbers import Integral, Real
 
+import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import HasMethods, Hidden, Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, check_random_state
 
+from . import _persistence
 from ._backbone import SpecialTokens, load_backbone, model_max_length, quiet_loading
 from ._encoding import encode_texts, pad_batch
 from ._inference import low_precision_copy, predict_rows
@@ -40,7 +46,7 @@ class BertEstimatorBase(BaseEstimator):
     _parameter_constraints: dict = {
         "model": [str, HasMethods(["save_pretrained", "get_params"])],
         "pooling": [StrOptions(set(TOKEN_POOLINGS))],
-        "layer": [Integral, tuple],  # ranges are checked against the model in fit
+        "layer": [Integral, tuple, list],  # ranges are checked against the model in fit
         "layer_combine": [StrOptions({"concat", "mean", "max"})],
         "truncation": [StrOptions(set(STRATEGIES))],
         "max_length": [Interval(Integral, 3, None, closed="left"), None],
@@ -59,11 +65,12 @@ class BertEstimatorBase(BaseEstimator):
     _training_constraints: dict = {
         "cnn_kernel_sizes": [tuple, list],
         "cnn_channels": [Interval(Integral, 1, None, closed="left")],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        # AdamW rates above 1 only diverge (1e6 trained to NaN, 1e38 overflowed)
+        "learning_rate": [Interval(Real, 0, 1, closed="right")],
         "layer_lr_decay": [Interval(Real, 0, 1, closed="right")],
-        "top_learning_rate": [Interval(Real, 0, None, closed="neither"), None],
+        "top_learning_rate": [Interval(Real, 0, 1, closed="right"), None],
         "head_learning_rate": [
-            Interval(Real, 0, None, closed="neither"),
+            Interval(Real, 0, 1, closed="right"),
             None,
             Hidden(StrOptions({"deprecated"})),
         ],
@@ -72,6 +79,22 @@ class BertEstimatorBase(BaseEstimator):
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
         "warm_start": ["boolean"],
+        "checkpoint_dir": [None, str, os.PathLike],
+        "checkpoint_steps": [Interval(Integral, 1, None, closed="left")],
+    }
+
+    #: read-out fields and the parameters that set them: warm_start cannot change them
+    _STRUCTURE = {
+        "truncation": "truncation",
+        "max_length": "max_length",
+        "head_length": "head_length",
+        "max_chunks": "max_chunks",
+        "chunk_pooling": "chunk_pooling",
+        "layers": "layer",
+        "layer_combine": "layer_combine",
+        "pooling": "pooling",
+        "cnn_kernel_sizes": "cnn_kernel_sizes",
+        "cnn_channels": "cnn_channels",
     }
 
     #: per-fit caches, dropped by :meth:`_start_fit` (and never pickled)
@@ -99,6 +122,81 @@ class BertEstimatorBase(BaseEstimator):
                 FutureWarning,
                 stacklevel=3,
             )
+
+    @contextlib.contextmanager
+    def _atomic_fit(self):
+        """Make a ``fit`` all or nothing: if it raises (a bad value, a diverged loss, Ctrl-C),
+        the estimator's state is put back exactly as it was before (fitted or not).
+
+        Fits never train the previous network in place (a ``warm_start`` fit trains a copy),
+        so the attributes kept here are untouched by the failed fit.
+        """
+        before = dict(vars(self))
+        try:
+            yield
+        except BaseException:
+            vars(self).clear()
+            vars(self).update(before)
+            raise
+
+    def _warm_start_network(self):
+        """A copy of the fitted network for a ``warm_start`` fit to train (the fitted one stays
+        as it is until the fit succeeds), after checking that no parameter that shapes the
+        network changed since the last fit."""
+        network = self._loaded_network()
+        model = self._model_identity()
+        if model != self._fitted_model:
+            raise ValueError(
+                f"warm_start=True but model changed from {self._fitted_model!r} to {model!r} "
+                "since the last fit; fit with warm_start=False to start from the new model."
+            )
+        config = network.backbone.config
+        limit = model_max_length(self.tokenizer_, config)
+        readout = resolve_readout(self.get_params(deep=False), config, self.special_tokens_, limit)
+        for field, param in self._STRUCTURE.items():
+            before, now = getattr(self.readout_, field), getattr(readout, field)
+            if before != now:
+                raise ValueError(
+                    f"warm_start=True but {param} changed since the last fit (it resolves to "
+                    f"{now!r}, the fitted network was built for {before!r}); warm_start "
+                    "continues training the same network. Set it back, or fit with "
+                    "warm_start=False to start anew."
+                )
+        return copy.deepcopy(network)
+
+    def _model_identity(self):
+        """``model`` as recorded by ``fit``: the name or folder, or the kind of fitted
+        estimator it was taken from."""
+        if isinstance(self.model, str):
+            return self.model
+        return f"a fitted {type(self.model).__name__}"
+
+    def _checkpoint(self, data_key: str):
+        """The :class:`~skbert._checkpoint.TrainingCheckpoint` of ``checkpoint_dir``, or None."""
+        if self.checkpoint_dir is None:
+            return None
+        from ._checkpoint import TrainingCheckpoint
+
+        return TrainingCheckpoint(self.checkpoint_dir, self.checkpoint_steps, data_key)
+
+    def _fit_seed(self, checkpoint) -> int:
+        """The seed of this fit: from ``random_state``, or the seed of the checkpointed run
+        that this fit resumes (so that ``random_state=None`` resumes too)."""
+        stored = None if checkpoint is None else checkpoint.stored_seed()
+        if stored is not None:
+            return int(stored)
+        return int(check_random_state(self.random_state).randint(2**31 - 1))
+
+    def _data_key(self, first, second, targets, **task) -> str:
+        """A hash of the training data and task, for the checkpoint's identity."""
+        from ._feature_cache import text_digests
+
+        digest = hashlib.blake2b(digest_size=20)
+        digest.update(text_digests(first, second).tobytes())
+        digest.update(np.ascontiguousarray(np.asarray(targets, dtype=np.float64)).tobytes())
+        task = {"estimator": type(self).__name__, **task}
+        digest.update(json.dumps(task, sort_keys=True, default=str).encode())
+        return digest.hexdigest()
 
     def _forget(self, *names) -> None:
         """Drop the learned attributes ``names`` that are set (those that no longer apply)."""
@@ -152,6 +250,7 @@ class BertEstimatorBase(BaseEstimator):
                 "'max' and chunk_pooling='mean' or 'max' for frozen features."
             )
         self.tokenizer_ = tokenizer
+        self._fitted_model = self._model_identity()
         self.special_tokens_ = specials
         self.readout_ = readout
         self.max_length_ = readout.max_length
@@ -187,14 +286,33 @@ class BertEstimatorBase(BaseEstimator):
             "n_texts": len(indices),
         }
 
-    def _device_and_dtype(self):
-        device = resolve_device(self.device)
+    def _device_and_dtype(self, inference: bool = False):
+        """The device to run on and the precision's autocast dtype there (None: float32).
+
+        ``fit`` raises for a CUDA or MPS ``device`` that this machine lacks. Predictions
+        (``inference=True``) of a fitted model run on the CPU instead, with the CPU's
+        precision for ``precision="auto"``, and warn once per estimator (and device): a
+        model fitted on a GPU predicts anywhere without editing its parameters.
+        """
+        try:
+            device = resolve_device(self.device)
+        except RuntimeError:  # a CUDA or MPS device that is not here
+            if not inference:
+                raise
+            device = torch.device("cpu")
+            if self.__dict__.get("_cpu_fallback_warned") != self.device:
+                warnings.warn(
+                    f"device={self.device!r} is not available here; predicting on the CPU. "
+                    "set_params(device='cpu') silences this.",
+                    UserWarning,
+                    stacklevel=5,  # the caller of transform, predict, ...
+                )
+                self._cpu_fallback_warned = self.device
         return device, resolve_precision(self.precision, device)
 
     def _loaded_network(self):
-        """``network_``, loading the encoder first if ``fit`` deferred it (``memory=``)."""
-        if "network_" not in vars(self):
-            self.network_ = self._build_encoder()
+        """``network_``; an estimator whose ``fit`` may defer loading the encoder
+        (``BertSentenceTransformer(memory=...)``) loads it here."""
         return self.network_
 
     def _inference_network(self, device, dtype):
@@ -212,7 +330,7 @@ class BertEstimatorBase(BaseEstimator):
     def _forward_all(self, first, second=None, *, desc="Encoding", all_layers=False):
         """Network output for every text (or pair), float32, in input order (see
         :func:`~skbert._inference.predict_rows`)."""
-        device, dtype = self._device_and_dtype()
+        device, dtype = self._device_and_dtype(inference=True)
         network = self._inference_network(device, dtype)
         return predict_rows(
             network,
@@ -240,7 +358,7 @@ class BertEstimatorBase(BaseEstimator):
         ``AutoTokenizer.from_pretrained``, and as ``model=path`` in any skbert estimator: the
         way to start one task from an encoder fine-tuned on another (Sun et al.'s multi-task
         recipe), or to share it. Only the encoder is written; the pooling and output layer are
-        skbert's (pickle or ``joblib.dump`` the estimator to keep them).
+        skbert's (:meth:`save` keeps the whole estimator).
 
         Parameters
         ----------
@@ -266,23 +384,79 @@ class BertEstimatorBase(BaseEstimator):
             self.tokenizer_.save_pretrained(path)
         return path
 
+    def save(self, path):
+        """Write the whole fitted estimator to a folder, in a format that runs no code on load.
+
+        The folder holds the weights (the encoder with its pooling and output layer) as
+        safetensors and everything else as JSON: the format version, the skbert version,
+        the estimator's class, its parameters and every fitted attribute, plus the tokenizer
+        (``save_pretrained``) and, for ``model=fitted_estimator``, that estimator's own save.
+        :func:`skbert.load` reads it back and predicts bit for bit as this estimator does.
+        Unlike a pickle (``pickle``, ``joblib.dump``), which runs any code stored in it when
+        it is loaded, nothing in the folder is unpickled: load folders from others with
+        :func:`skbert.load`, never their pickles.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The folder to write: a new path, an empty folder or a previous save, which is
+            replaced. The folder is written under a temporary name beside it and renamed at
+            the end, so a failed save leaves nothing that loads.
+
+        Returns
+        -------
+        str
+            ``path``.
+
+        Raises
+        ------
+        NotFittedError
+            If the estimator is not fitted.
+        NotADirectoryError
+            If ``path`` is an existing file.
+        FileExistsError
+            If ``path`` is a folder with files in it that is not a previous save.
+        TypeError
+            If an attribute or parameter holds a value the format cannot store (it is
+            named); nothing is left out silently.
+
+        See Also
+        --------
+        skbert.load : Read the folder back.
+        save_pretrained : Write only the encoder, as a Hugging Face checkpoint.
+
+        Examples
+        --------
+        >>> import skbert
+        >>> from skbert.datasets import load_demo_sentiment
+        >>> X, y = load_demo_sentiment(return_X_y=True)
+        >>> clf = skbert.BertTextClassifier(max_length=64, max_epochs=1, random_state=0)
+        >>> clf.fit(X[:200], y[:200]).save("sentiment-model")  # doctest: +SKIP
+        'sentiment-model'
+        >>> loaded = skbert.load("sentiment-model")  # doctest: +SKIP
+        >>> (loaded.predict_proba(X[200:]) == clf.predict_proba(X[200:])).all()  # doctest: +SKIP
+        np.True_
+        """
+        return _persistence.save(self, path)
+
     # ------------------------------------------------------------------ pickling
+    #: transient flags, like the per-fit caches never pickled or saved
+    _UNSAVED = ("_cpu_fallback_warned",)
+
     def __getstate__(self):
+        # A pickle runs code when it is loaded: save()/skbert.load is the safe format. The
+        # network is pickled as that format stores it (a JSON description and safetensors
+        # bytes, on the CPU), so unpickling it runs no code from the bytes (no torch.load).
         # a copy: object.__getstate__ returns the live __dict__ itself
         state = dict(super().__getstate__())
-        for name in self._FIT_CACHES:
+        for name in _persistence.unsaved_attributes(self):
             state.pop(name, None)
         if "network_" in state:
-            buffer = io.BytesIO()
-            torch.save(state["network_"], buffer)
-            state["network_"] = buffer.getvalue()
+            state["network_"] = _persistence.network_to_state(state["network_"])
         return state
 
     def __setstate__(self, state):
-        network = state.get("network_")
-        if isinstance(network, bytes):
-            # map_location: a model fitted on a GPU loads on a CPU-only machine.
-            state["network_"] = torch.load(
-                io.BytesIO(network), map_location="cpu", weights_only=False
-            )
+        if "network_" in state:
+            # rebuilt on the CPU: a model fitted on a GPU loads on a CPU-only machine
+            state = {**state, "network_": _persistence.network_from_state(state["network_"])}
         super().__setstate__(state)

@@ -19,7 +19,7 @@ __all__ = ["directory_fingerprint", "state_fingerprint"]
 _WEIGHT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model", ".pt")
 
 
-def directory_fingerprint(path) -> str:
+def directory_fingerprint(path, *, fresh: bool = False) -> str:
     """Hash of the contents of a checkpoint directory's files (weights, config, tokenizer).
 
     Memoised per process (for the 64 most recent folders) on each file's name, size and
@@ -30,6 +30,9 @@ def directory_fingerprint(path) -> str:
     ----------
     path : str or os.PathLike
         The checkpoint folder.
+    fresh : bool, default=False
+        Hash the files again even if their names, sizes and times are unchanged (a file
+        rewritten in place with its old time kept would fool the memo).
 
     Returns
     -------
@@ -39,6 +42,8 @@ def directory_fingerprint(path) -> str:
     path = Path(path).resolve()
     files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
     stats = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if fresh:
+        return _hash_files.__wrapped__(str(path), stats)
     return _hash_files(str(path), stats)
 
 

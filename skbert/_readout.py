@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validation import check_layers
+from ._validation import check_kernel_sizes, check_layers
 from .pooling import TRAINABLE_CHUNK_POOLINGS, TRAINABLE_POOLINGS
 
 __all__ = ["Readout", "resolve_readout"]
@@ -125,7 +125,7 @@ def resolve_readout(params: dict, config, specials, max_model_length: int) -> Re
     ------
     ValueError
         For a ``max_length`` above the model's limit, a ``head_length`` that leaves no tail,
-        or a ``layer`` out of range.
+        a ``layer`` out of range, or ``cnn_kernel_sizes`` that are not positive ints.
     """
     max_length = max_model_length if params["max_length"] is None else params["max_length"]
     if max_length > max_model_length:
@@ -153,6 +153,6 @@ def resolve_readout(params: dict, config, specials, max_model_length: int) -> Re
         pooling=params["pooling"],
         hidden_size=config.hidden_size,
         n_hidden_states=n_hidden_states,
-        cnn_kernel_sizes=tuple(params.get("cnn_kernel_sizes", (1, 3, 5))),
+        cnn_kernel_sizes=check_kernel_sizes(params.get("cnn_kernel_sizes", (1, 3, 5))),
         cnn_channels=params.get("cnn_channels", 128),
     )

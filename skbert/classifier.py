@@ -11,50 +11,18 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.multiclass import type_of_target
-from sklearn.utils.validation import check_is_fitted, check_random_state
+from sklearn.utils.validation import check_is_fitted
 
 from ._backbone import DEFAULT_MODEL
 from ._base import BertEstimatorBase
 from ._inference import low_precision_copy, predict_rows
 from ._network import TaskNetwork
+from ._targets import check_class_labels
 from ._training import length_grouped_batches, train
 from ._validation import check_texts
 from .pretraining import _train_masked_lm, load_masked_lm, masked_lm_windows
 
 __all__ = ["BertTextClassifier"]
-
-
-def _check_labels(y, n_samples):
-    """Return ``(y as array, multilabel?)`` with clear errors for NaN / wrong length / 1 class."""
-    if y is None:
-        raise ValueError("y is required: BertTextClassifier learns from labelled texts.")
-    y = np.asarray(y, dtype=object if np.asarray(y).dtype.kind in "OUS" else None)
-    if y.shape[0] != n_samples:
-        raise ValueError(f"X has {n_samples} samples but y has {y.shape[0]}.")
-    flat = y.ravel()
-    for i, value in enumerate(flat):
-        if value is None or (isinstance(value, float) and np.isnan(value)):
-            pos = ", ".join(str(int(p)) for p in np.unravel_index(i, y.shape))
-            raise ValueError(f"y[{pos}] is missing ({value!r}); every sample needs a label.")
-    if y.ndim == 2 and y.shape[1] > 1:
-        if type_of_target(y) != "multilabel-indicator":
-            raise ValueError(
-                "a 2-D y must be a binary indicator matrix (multi-label: one column per "
-                "label, values 0/1)."
-            )
-        return y.astype(np.float32), True
-    y = y.ravel()
-    if type_of_target(y) == "continuous":
-        raise ValueError(
-            "y holds continuous values; BertTextClassifier needs class labels (use "
-            "BertSentenceTransformer + a regressor for scores)."
-        )
-    if len(np.unique(y)) < 2:
-        raise ValueError(
-            f"y has a single class ({np.unique(y)[0]!r}); a classifier needs at least 2."
-        )
-    return y, False
 
 
 def _accuracy(predicted, truth) -> float:
@@ -173,7 +141,19 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         CPU the same seed gives the same model bit for bit. None draws a seed.
     warm_start : bool, default=False
         Continue training the fitted model on the next ``fit`` instead of starting anew
-        (the labels must be the same).
+        (the labels, the input kind and the parameters that shape the network must be the
+        same; learning rates, epochs, ``fine_tune`` and ``dropout`` may change). The fit
+        trains a copy, so the fitted model stays as it was if the fit fails.
+    checkpoint_dir : str, path-like or None, default=None
+        Folder where ``fit`` writes its training state (weights, optimiser, schedule, random
+        states, position) every ``checkpoint_steps`` steps and after each epoch, atomically.
+        A later ``fit`` with the same data and parameters continues from it to the same
+        result as an uninterrupted run (on the CPU, bit for bit); with other data or
+        parameters it raises, naming the folder. With ``mlm_steps``, the within-task
+        masked-LM phase is run again (it is not checkpointed). Delete the folder when the
+        model is final; None checkpoints nothing.
+    checkpoint_steps : int, default=500
+        Training steps between two checkpoints (with ``checkpoint_dir``).
     device : str, default="auto"
         ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
     precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
@@ -190,6 +170,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         Class labels (for multi-label: ``0 ... n_labels - 1``).
     multilabel_ : bool
         Whether ``y`` was a binary indicator matrix.
+    pairs_ : bool
+        Whether ``fit`` saw sentence pairs; predictions take the same kind of input.
     loss_curve_ : list of float
         Mean training loss per epoch.
     validation_scores_ : list of float or None
@@ -284,6 +266,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         class_weight=None,
         random_state=None,
         warm_start=False,
+        checkpoint_dir=None,
+        checkpoint_steps=500,
         device="auto",
         precision="auto",
         verbose=0,
@@ -317,6 +301,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         self.class_weight = class_weight
         self.random_state = random_state
         self.warm_start = warm_start
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_steps = checkpoint_steps
         self.device = device
         self.precision = precision
         self.verbose = verbose
@@ -395,6 +381,10 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     def fit(self, X, y):
         """Fine-tune the encoder and the output layer on labelled texts.
 
+        All or nothing: if the fit fails or is interrupted (Ctrl-C), the estimator is left
+        exactly as it was before (fitted or not). With ``checkpoint_dir``, an interrupted fit
+        is continued by the next ``fit`` on the same data.
+
         Parameters
         ----------
         X : 1-D array-like of str, or array-like of shape (n_samples, 2)
@@ -406,26 +396,51 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         -------
         self : BertTextClassifier
             The fitted classifier.
+
+        Raises
+        ------
+        skbert.exceptions.TrainingDivergedError
+            If the training loss or gradients become NaN or infinite (the message names the
+            step and what to change).
         """
+        with self._atomic_fit():
+            self._fit(X, y)
+        return self
+
+    def _fit(self, X, y):
         first, second = check_texts(X)
-        y, multilabel = _check_labels(y, len(first))
+        y, multilabel = check_class_labels(
+            y, len(first), allow_multilabel=True, estimator="BertTextClassifier"
+        )
         continuing = self._continuing()
+        if continuing and self.pairs_ != (second is not None):
+            raise ValueError(
+                f"warm_start=True but the classifier was fitted on {self._input_kind(self.pairs_)}"
+                f" and X holds {self._input_kind(second is not None)}; fit with "
+                "warm_start=False to start anew."
+            )
         self._start_fit(keep_learned=continuing)
         targets = self._targets(y, multilabel, continuing)
-        seed = int(check_random_state(self.random_state).randint(2**31 - 1))
+        self.pairs_ = second is not None
+        params = self.get_params(deep=False)
+        for name in ("verbose", "checkpoint_dir", "checkpoint_steps"):
+            params.pop(name)
+        checkpoint = self._checkpoint(
+            self._data_key(first, second, targets, classes=list(self.classes_), params=params)
+        )
+        seed = self._fit_seed(checkpoint)
 
-        if not continuing:
+        if continuing:
+            network = self._warm_start_network()
+            network.dropout.p = self.dropout
+        else:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 encoder = self._build_encoder()
                 self.mlm_loss_curve_ = None
                 if self.mlm_steps:  # under its own forked RNGs: the output layer's init is unmoved
                     self._within_task_pretrain(encoder, first, second, seed)
-                self.network_ = TaskNetwork(
-                    encoder,
-                    n_outputs=len(self.classes_),
-                    dropout=self.dropout,
-                )
+                network = TaskNetwork(encoder, n_outputs=len(self.classes_), dropout=self.dropout)
         train_idx, val_idx = np.arange(len(first)), None
         if self.early_stopping:
             train_idx, val_idx = train_test_split(
@@ -476,21 +491,26 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
             n_iter_no_change=self.n_iter_no_change,
         )
         history = train(
-            self.network_,
+            network,
             loss_fn,
             make_batches,
             config,
             validate=validate,
             seed=seed,
             desc="Fine-tuning",
+            checkpoint=checkpoint,
         )
+        self.network_ = network
         self.loss_curve_ = history.loss_curve
         self.validation_scores_ = history.validation_scores if self.early_stopping else None
         self.best_validation_score_ = (
             max(history.validation_scores) if history.validation_scores else None
         )
         self.n_iter_ = history.n_iter
-        return self
+
+    @staticmethod
+    def _input_kind(pairs: bool) -> str:
+        return "sentence pairs (2 columns)" if pairs else "single texts"
 
     # ------------------------------------------------------------------ predict
     def _decide(self, logits):
@@ -502,6 +522,13 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     def _logits(self, X):
         check_is_fitted(self)
         first, second = check_texts(X)
+        pairs = self.pairs_
+        if pairs != (second is not None):
+            raise ValueError(
+                f"X holds {self._input_kind(second is not None)}, but this classifier was "
+                f"fitted on {self._input_kind(pairs)}; its output layer reads the encoding of "
+                "that kind of input only."
+            )
         return self._forward_all(first, second, desc="Predicting")
 
     def decision_function(self, X):

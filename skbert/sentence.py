@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
+import copy
 import os
+import warnings
 
 import numpy as np
 import torch
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.utils._param_validation import HasMethods, StrOptions
-from sklearn.utils.multiclass import type_of_target
-from sklearn.utils.validation import check_is_fitted, check_memory, check_random_state
+from sklearn.utils.validation import check_is_fitted, check_memory
 
 from ._backbone import (
     DEFAULT_MODEL,
     checkpoint_normalizes,
     fitted_encoder_source,
+    load_backbone,
     load_tokenizer_and_config,
     local_directory,
 )
 from ._base import FINE_TUNE_MODES, BertEstimatorBase
 from ._feature_cache import cache_key, cached_vectors, get_store, text_digests
 from ._fingerprint import directory_fingerprint, state_fingerprint
-from ._network import SiameseNetwork
+from ._network import SentenceEncoder, SiameseNetwork
 from ._runtime import report
+from ._targets import check_class_labels, check_gold_scores, check_scores
 from ._training import length_grouped_batches, train
 from ._validation import check_texts
 
@@ -120,7 +124,19 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         Continue training the fitted encoder on the next ``fit``. The output layer is kept
         too when the objective is the same, else a new one is started; so SBERT's recipe,
         NLI first and STS-B second, is ``fit(nli_pairs, labels)`` then
-        ``set_params(warm_start=True).fit(sts_pairs, scores)``.
+        ``set_params(warm_start=True).fit(sts_pairs, scores)``. The parameters that shape
+        the network (``model``, ``pooling``, ``layer``, truncation and chunk settings, the
+        CNN's widths) must not change in between: such a fit raises, naming the parameter.
+        The fit trains a copy, so the fitted model stays as it was if the fit fails.
+    checkpoint_dir : str, path-like or None, default=None
+        Folder where a training ``fit`` writes its state (weights, optimiser, schedule,
+        random states, position) every ``checkpoint_steps`` steps and after each epoch,
+        atomically. A later ``fit`` with the same data and parameters continues from it to
+        the same result as an uninterrupted run (on the CPU, bit for bit); with other data or
+        parameters it raises, naming the folder. Delete the folder when the model is final;
+        None checkpoints nothing.
+    checkpoint_steps : int, default=500
+        Training steps between two checkpoints (with ``checkpoint_dir``).
     batch_size : int, default=32
         Two meanings, one per phase. Training: texts (or pairs) per optimiser step, padded
         to the longest in the step. Inference (``transform``, ``similarity``): a budget of
@@ -141,8 +157,10 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         settings, device type and precision; every ``pooling`` x ``layer`` x
         ``layer_combine`` is then read from it, so ``GridSearchCV`` over them costs about one
         forward pass. ``fit`` then loads the encoder only once a text is missing from the
-        cache. Safe with ``n_jobs > 1`` (processes may compute a text twice, never corrupt
-        the cache). About ``12 * hidden * (n_layers + 1)`` bytes per distinct text (32 KB for
+        cache (and checks then that the model folder is unchanged since ``fit``). Safe with
+        ``n_jobs > 1`` (processes may compute a text twice, never corrupt the cache). Every
+        shard is checked against its checksum before use; a damaged one is recomputed with a
+        warning. About ``12 * hidden * (n_layers + 1)`` bytes per distinct text (32 KB for
         MiniLM); delete the folder to clear it.
     verbose : int, default=0
         If > 0, show progress bars (over batches, and the training loss) and say how many
@@ -248,6 +266,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         max_epochs=1,
         random_state=None,
         warm_start=False,
+        checkpoint_dir=None,
+        checkpoint_steps=500,
         batch_size=32,
         device="auto",
         precision="auto",
@@ -277,6 +297,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self.max_epochs = max_epochs
         self.random_state = random_state
         self.warm_start = warm_start
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_steps = checkpoint_steps
         self.batch_size = batch_size
         self.device = device
         self.precision = precision
@@ -306,7 +328,23 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         -------
         self : BertSentenceTransformer
             The fitted transformer.
+
+        Raises
+        ------
+        skbert.exceptions.TrainingDivergedError
+            If the training loss or gradients become NaN or infinite (the message names the
+            step and what to change).
+
+        Notes
+        -----
+        All or nothing: if the fit fails or is interrupted (Ctrl-C), the estimator is left
+        exactly as it was before (fitted or not).
         """
+        with self._atomic_fit():
+            self._fit(X, y)
+        return self
+
+    def _fit(self, X, y):
         first, second = check_texts(X)
         trains = self._fine_tune_mode() != "none"
         self._start_fit(keep_learned=trains and self.warm_start and "network_" in vars(self))
@@ -319,7 +357,6 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             self._fit_objective(first, second, y)
         self.normalize_ = self._resolve_normalize()
         self._n_features_out = self.readout_.output_dim
-        return self
 
     def _resolve_normalize(self) -> bool:
         if self.normalize != "auto":
@@ -342,16 +379,42 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             tokenizer, config = load_tokenizer_and_config(directory)
             self._resolve_readout(tokenizer, config)
             self.feature_fingerprint_ = directory_fingerprint(directory)
+            self._deferred_model = os.path.abspath(directory)
         else:  # a fitted estimator, or a model that is not in a local folder
             self.network_ = self._build_encoder()
             self.feature_fingerprint_ = state_fingerprint(self.network_.backbone, self.tokenizer_)
+
+    def _loaded_network(self):
+        """``network_``, loading the encoder that ``fit`` fingerprinted if it deferred that.
+
+        The folder is hashed again before and after loading: had it changed since ``fit``,
+        the new vectors would be stored under the old model's cache key and mixed with its
+        vectors in one output, so that raises instead.
+        """
+        if "network_" not in vars(self):
+            directory = self._deferred_model
+            self._check_model_unchanged(directory)
+            _, backbone = load_backbone(directory)
+            self._check_model_unchanged(directory)
+            self.network_ = SentenceEncoder(backbone, self.readout_).eval()
+        return self.network_
+
+    def _check_model_unchanged(self, directory) -> None:
+        now = directory_fingerprint(directory, fresh=True)
+        if now != self.feature_fingerprint_:
+            raise RuntimeError(
+                f"The model folder {directory!r} changed after fit (its files hash to {now[:12]}"
+                f", fit saw {self.feature_fingerprint_[:12]}); fit deferred loading its weights "
+                "(memory=), and vectors of the new weights would be mixed with, and cached as, "
+                "the old model's. Fit again to use the new model."
+            )
 
     def _cached_transform(self, first, second, root) -> np.ndarray:
         """Vectors of the texts from the feature cache, encoding (and storing) the missing."""
         if not hasattr(self, "feature_fingerprint_"):  # fitted before `memory` was set
             network = self._loaded_network()
             self.feature_fingerprint_ = state_fingerprint(network.backbone, self.tokenizer_)
-        device, dtype = self._device_and_dtype()
+        device, dtype = self._device_and_dtype(inference=True)
         readout = self.readout_
         context = {"model": self.feature_fingerprint_, "device": device.type, "precision": dtype}
 
@@ -380,10 +443,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                 "scores for sentence pairs, or class labels), or use fine_tune='none'."
             )
         # float y = similarity scores (even when whole numbers); ints / strings = classes
-        y = np.asarray(y)
-        continuous = y.dtype.kind == "f"
-        if not continuous:
-            type_of_target(y, input_name="y")  # clear errors for malformed labels
+        continuous = np.asarray(y).dtype.kind == "f"
         objective = self.objective
         if objective == "auto":
             if second is None:
@@ -403,10 +463,12 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
     def _fit_objective(self, first, second, y):
         objective = self._resolve_objective(second, y)
-        y = np.asarray(y)
-        if len(y) != len(first):
-            raise ValueError(f"X has {len(first)} samples but y has {len(y)}.")
-        seed = int(check_random_state(self.random_state).randint(2**31 - 1))
+        if objective == "cosine":
+            y = check_scores(y, len(first))
+        else:
+            y, _ = check_class_labels(
+                y, len(first), allow_multilabel=False, estimator="BertSentenceTransformer"
+            )
         # warm_start keeps the fitted encoder; the output layer (and its classes or score
         # range) only when the objective is the same: NLI then STS-B is two fits.
         keep_encoder = "network_" in vars(self)  # _start_fit kept it: warm_start
@@ -414,9 +476,6 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         if not continuing:
             self._forget("classes_", "score_range_", "output_layer_", "objective_")
         if objective == "cosine":
-            y = y.astype(np.float64)
-            if not np.isfinite(y).all():
-                raise ValueError("y holds NaN or infinite scores.")
             if not continuing:
                 self.score_range_ = (float(y.min()), float(y.max()))
             low, high = self.score_range_
@@ -432,10 +491,18 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                 )
             targets = torch.as_tensor(np.searchsorted(self.classes_, y), dtype=torch.int64)
             n_classes = len(self.classes_)
+        params = self.get_params(deep=False)
+        for name in ("verbose", "checkpoint_dir", "checkpoint_steps", "memory"):
+            params.pop(name)
+        checkpoint = self._checkpoint(
+            self._data_key(first, second, targets.numpy(), objective=objective, params=params)
+        )
+        seed = self._fit_seed(checkpoint)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            encoder = self.network_ if keep_encoder else self._build_encoder()
-            output_layer = getattr(self, "output_layer_", None) if continuing else None
+            # a warm start trains copies: the fitted model stays as it is if the fit fails
+            encoder = self._warm_start_network() if keep_encoder else self._build_encoder()
+            output_layer = copy.deepcopy(self.output_layer_) if continuing else None
             network = SiameseNetwork(encoder, objective, n_classes, output_layer=output_layer)
         own = [n for n, _ in network.named_parameters() if not n.startswith("encoder.backbone.")]
         if self._fine_tune_mode() == "top" and not own:
@@ -462,7 +529,15 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             return criterion(out.float(), targets[batch].to(device))
 
         config = self._training_config(device, dtype)
-        history = train(network, loss_fn, make_batches, config, seed=seed, desc="Fine-tuning")
+        history = train(
+            network,
+            loss_fn,
+            make_batches,
+            config,
+            seed=seed,
+            desc="Fine-tuning",
+            checkpoint=checkpoint,
+        )
         self.network_ = network.encoder.eval()
         self.output_layer_ = None if network.output_layer is None else network.output_layer.cpu()
         self.objective_ = objective
@@ -535,8 +610,31 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         Returns
         -------
         float
-            Spearman's rank correlation, in [-1, 1].
+            Spearman's rank correlation, in [-1, 1]; nan (with an ``UndefinedMetricWarning``)
+            for a single pair, and nan (with scipy's ``ConstantInputWarning``) when all
+            similarities or all gold scores are equal.
+
+        Raises
+        ------
+        ValueError
+            If ``y`` holds NaN or infinite scores, or its length differs from X's.
         """
         from scipy.stats import spearmanr
 
-        return float(spearmanr(self.similarity(X), np.asarray(y, dtype=np.float64)).statistic)
+        first, _ = check_texts(X)
+        gold = check_gold_scores(y, len(first))
+        if len(gold) < 2:
+            warnings.warn(
+                f"Spearman's correlation is not defined for {len(gold)} pair; score needs at "
+                "least 2 pairs. Returning nan.",
+                UndefinedMetricWarning,
+                stacklevel=2,
+            )
+            return float("nan")
+        return float(spearmanr(self.similarity(X), gold).statistic)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # the input is text and the output always float32: no input dtype is preserved
+        tags.transformer_tags.preserves_dtype = []
+        return tags

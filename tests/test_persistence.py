@@ -1,0 +1,472 @@
+"""save() / skbert.load(), safe pickles, and models fitted on a GPU predicting on a CPU."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+import pickle
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pytest
+import torch
+from conftest import LONG_TEXT, TEXTS
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
+from sklearn.frozen import FrozenEstimator
+
+import skbert
+from skbert import BertSentenceTransformer, BertTextClassifier
+from skbert._persistence import _Reader, _Writer
+
+PAIRS = np.array([[a, b] for a, b in zip(TEXTS, TEXTS[::-1], strict=True)], dtype=object)
+SCORES = np.linspace(0.0, 5.0, len(PAIRS))
+LABELS = np.array([0, 1] * 4)
+WORDS = np.array(["neg", "pos", "neutral", "pos", "neg", "neutral", "pos", "neg"], dtype=object)
+MULTI = np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 0, 1]] * 2)
+FALLBACK = "is not available here; predicting on the CPU"
+TRAIN = {"max_epochs": 1, "batch_size": 4, "random_state": 0, "device": "cpu"}
+#: extensions of pickle-based formats, none of which may appear in a save
+PICKLE_SUFFIXES = {".pkl", ".pickle", ".bin", ".pt", ".pth", ".joblib", ".npy", ".npz"}
+
+
+# ---------------------------------------------------------------------- helpers
+def assert_no_pickle(folder: Path) -> None:
+    """No file of a save is a pickle: no pickle suffix, safetensors files parse as such, and
+    no other file starts with pickle's protocol bytes (0x80, then protocol 2 to 5)."""
+    from safetensors import safe_open
+
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        assert path.suffix not in PICKLE_SUFFIXES, path
+        if path.suffix == ".safetensors":
+            with safe_open(path, framework="pt") as handle:
+                assert list(handle.keys())
+            continue
+        head = path.read_bytes()[:2]
+        assert not (len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5), path
+
+
+def assert_same(a, b, where: str) -> None:
+    """``a`` and ``b`` are the same value: same type, equal bits for tensors and arrays."""
+    assert type(a) is type(b), (where, type(a), type(b))
+    if isinstance(a, torch.nn.Module):
+        sa, sb = a.state_dict(), b.state_dict()
+        assert list(sa) == list(sb), where
+        for key in sa:
+            assert sa[key].dtype == sb[key].dtype and torch.equal(sa[key], sb[key]), (where, key)
+        assert a.training == b.training, where
+        if hasattr(a, "readout"):
+            assert a.readout == b.readout, where
+    elif isinstance(a, BaseEstimator) and not isinstance(a, FrozenEstimator):
+        assert_same_estimator(a, b)
+    elif isinstance(a, FrozenEstimator):
+        assert_same_estimator(a.estimator, b.estimator)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape, where
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"), where
+        if a.dtype == object:
+            for x, y in zip(a.ravel(), b.ravel(), strict=True):
+                assert type(x) is type(y), where
+    elif isinstance(a, np.random.RandomState):
+        assert_same(a.get_state(), b.get_state(), where)
+    elif isinstance(a, joblib.Memory):
+        assert a.location == b.location, where
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif hasattr(a, "get_vocab"):  # a tokenizer
+        assert a.get_vocab() == b.get_vocab(), where
+        assert a(list(TEXTS))["input_ids"] == b(list(TEXTS))["input_ids"], where
+        assert a(TEXTS[0], TEXTS[1])["input_ids"] == b(TEXTS[0], TEXTS[1])["input_ids"], where
+    elif isinstance(a, float) and math.isnan(a):
+        assert math.isnan(b), where
+    else:
+        assert a == b, (where, a, b)
+
+
+def assert_same_estimator(a, b) -> None:
+    """Same class, same parameters (nested estimators compared the same way) and the same
+    fitted attributes."""
+    assert type(a) is type(b)
+    assert_same(a.get_params(deep=False), b.get_params(deep=False), "params")
+    skip = {"_low_precision", "_cpu_fallback_warned"}
+    fitted_a = {k: v for k, v in vars(a).items() if k not in skip}
+    fitted_b = {k: v for k, v in vars(b).items() if k not in skip}
+    assert sorted(fitted_a) == sorted(fitted_b)
+    for name in fitted_a:
+        assert_same(fitted_a[name], fitted_b[name], name)
+
+
+def round_trips(est, tmp_path, pickled=True):
+    """``est`` saved and loaded, and (if ``pickled``) pickled and unpickled."""
+    folder = tmp_path / "saved"
+    assert est.save(folder) == str(folder)
+    assert_no_pickle(folder)
+    return [skbert.load(folder)] + ([pickle.loads(pickle.dumps(est))] if pickled else [])
+
+
+def outputs(est, X) -> list:
+    if isinstance(est, BertTextClassifier):
+        return [est.predict_proba(X), est.decision_function(X), est.predict(X)]
+    return [est.transform(X)]
+
+
+def assert_round_trip(est, tmp_path, *inputs, pickled=True):
+    """Saved and loaded, or pickled, ``est`` comes back the same and predicts bit for bit
+    the same on each of ``inputs``."""
+    expected = [out for X in inputs for out in outputs(est, X)]
+    for loaded in round_trips(est, tmp_path, pickled):
+        assert_same_estimator(est, loaded)
+        got = [out for X in inputs for out in outputs(loaded, X)]
+        for a, b in zip(got, expected, strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+# ---------------------------------------------------------------------- round trips
+SENTENCE_CASES = {
+    "none": ({}, TEXTS, None),
+    "top-cnn-scores": (
+        {"fine_tune": "top", "pooling": "cnn", "cnn_kernel_sizes": (1, 3), "cnn_channels": 4},
+        PAIRS,
+        SCORES,
+    ),
+    "full-pair-labels": ({"fine_tune": "full", "layer": (1, 2)}, PAIRS, LABELS),
+}
+
+
+@pytest.mark.parametrize("case", list(SENTENCE_CASES))
+def test_sentence_transformer_round_trip(tiny_model, tmp_path, case):
+    params, X, y = SENTENCE_CASES[case]
+    est = BertSentenceTransformer(tiny_model, **TRAIN, **params).fit(X, y)
+    if case == "full-pair-labels":
+        assert isinstance(est.output_layer_, torch.nn.Linear)
+    assert_round_trip(est, tmp_path, X, TEXTS)
+
+
+def test_deferred_memory_fit_round_trip(tiny_model, tmp_path):
+    memory = joblib.Memory(tmp_path / "cache", verbose=0)
+    est = BertSentenceTransformer(tiny_model, device="cpu", memory=memory).fit(TEXTS)
+    assert "network_" not in vars(est)  # fit fingerprinted the model, loaded no weights
+    est.save(tmp_path / "saved")  # loads them
+    loaded = skbert.load(tmp_path / "saved")
+    assert "network_" in vars(loaded)
+    assert_same_estimator(est, loaded)
+    assert np.array_equal(loaded.transform(TEXTS), est.transform(TEXTS))
+    assert_round_trip(est, tmp_path / "again", TEXTS)
+
+
+CLASSIFIER_CASES = {
+    "full": ({}, TEXTS, LABELS),
+    "top": ({"fine_tune": "top"}, TEXTS, LABELS),
+    "multilabel": ({}, TEXTS, MULTI),
+    "string-labels": ({"class_weight": {"neg": 2.0, "pos": 1.0}}, PAIRS, WORDS),
+    "chunks-attention": (
+        {"truncation": "chunks", "max_length": 12, "chunk_pooling": "attention"},
+        [LONG_TEXT, *TEXTS[1:]],
+        LABELS,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CLASSIFIER_CASES))
+def test_classifier_round_trip(tiny_model, tmp_path, case):
+    params, X, y = CLASSIFIER_CASES[case]
+    clf = BertTextClassifier(tiny_model, **TRAIN, **params).fit(X, y)
+    assert_round_trip(clf, tmp_path, X)
+    loaded = skbert.load(tmp_path / "saved")
+    if case == "string-labels":
+        assert loaded.classes_.dtype == object and set(loaded.predict(X)) <= set(WORDS)
+    if case == "full":  # the loaded model continues training exactly as the original does
+        for est in (clf, loaded):
+            est.set_params(warm_start=True).fit(X, y)
+        assert np.array_equal(loaded.predict_proba(X), clf.predict_proba(X))
+
+
+def test_round_trip_of_special_parameters(tiny_bert, tmp_path):
+    """model=fitted estimator (and FrozenEstimator), a RandomState, path-like memory, numpy
+    ints, lists: each comes back as it was."""
+    start = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    clf = BertTextClassifier(
+        start,
+        layer=(np.int64(1), 2),
+        cnn_kernel_sizes=[1, 2],
+        random_state=np.random.RandomState(3),
+        **{k: v for k, v in TRAIN.items() if k != "random_state"},
+    ).fit(TEXTS, LABELS)
+    assert_round_trip(clf, tmp_path / "nested", TEXTS)
+    assert (tmp_path / "nested" / "saved" / "model" / "skbert.json").is_file()
+    frozen = BertTextClassifier(FrozenEstimator(start), **TRAIN).fit(TEXTS, LABELS)
+    assert_round_trip(frozen, tmp_path / "frozen", TEXTS)
+    start.set_output(transform="pandas")
+    start.save(tmp_path / "pandas")
+    frame = skbert.load(tmp_path / "pandas").transform(TEXTS)
+    assert frame.equals(start.transform(TEXTS))
+    for memory in (tmp_path / "cache", str(tmp_path / "cache")):
+        est = BertSentenceTransformer(tiny_bert, device="cpu", memory=memory).fit(TEXTS)
+        est.transform(TEXTS)
+        assert_round_trip(est, tmp_path / type(memory).__name__, TEXTS)
+
+
+@pytest.mark.real_model
+def test_packaged_model_round_trip(packaged_model, tmp_path):
+    texts = ["a gripping, beautiful film", "dull and far too long", "a joy", "two hours lost"]
+    clf = BertTextClassifier(packaged_model, max_length=16, fine_tune="top", **TRAIN)
+    clf.fit(texts, [1, 0, 1, 0])
+    assert_round_trip(clf, tmp_path / "clf", texts, pickled=False)
+    est = BertSentenceTransformer(packaged_model, max_length=16, device="cpu").fit(texts)
+    assert est.normalize_  # the checkpoint's modules.json, resolved at fit: kept by the save
+    assert_round_trip(est, tmp_path / "vectors", texts, pickled=False)
+
+
+# ---------------------------------------------------------------------- the value codec
+def test_codec_round_trips_every_value_type():
+    values = {
+        "floats": [math.nan, math.inf, -math.inf, -0.0, 1e308, 5e-324, 0.1],
+        "ints and bools": (2**80, -1, True, False, None),
+        "str": "ünï 東京 🙂\x00",
+        "dict": {0: "a", "b": [1.0], (1, 2): None, np.int64(4): 1},
+        "numpy scalars": [np.float32(1.5), np.float64(0.25), np.int8(-3), np.uint64(2**63)],
+        "more scalars": [np.bool_(True), np.str_("label"), np.complex64(1 + 2j)],
+        "arrays": [
+            np.arange(6, dtype=np.float32).reshape(2, 3),
+            np.array([np.nan, -0.0, np.inf]),
+            np.array([1, -2], dtype=">i4"),
+            np.array([True, False]),
+            np.array([], dtype=np.int64),
+            np.array(["a", "bcd"]),
+            np.array(["x", 1, 2.5, True, np.int64(7)], dtype=object),
+            np.zeros((0, 3), dtype=np.uint8),
+        ],
+    }
+    node = _Writer(None, 0).encode(values, "values")
+    text = json.dumps(node, allow_nan=False)  # valid JSON: no NaN tokens
+    decoded = _Reader(None, 0).decode(json.loads(text), "values")
+    assert_same(values, decoded, "values")
+    assert math.copysign(1.0, decoded["floats"][3]) == -1.0
+    assert decoded["arrays"][2].dtype.str == ">i4"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [object(), {1, 2}, b"bytes", np.array([object()], dtype=object), np.array(["2024"], "M8[D]")],
+)
+def test_codec_refuses_what_it_cannot_store(value):
+    with pytest.raises(TypeError, match="cannot save attr"):
+        _Writer(None, 0).encode(value, "attr")
+
+
+# ---------------------------------------------------------------------- save's contract
+def test_save_refuses_unfitted_files_and_foreign_folders(tiny_bert, tmp_path):
+    with pytest.raises(NotFittedError):
+        BertSentenceTransformer(tiny_bert).save(tmp_path / "x")
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(NotADirectoryError, match="file"):
+        est.save(tmp_path / "file")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not an skbert save"):
+        est.save(tmp_path / "folder")
+    assert (tmp_path / "folder" / "notes.txt").read_text() == "mine"
+    (tmp_path / "empty").mkdir()
+    est.save(tmp_path / "empty")
+    assert skbert.load(tmp_path / "empty").transform(TEXTS).shape == est.transform(TEXTS).shape
+
+
+def test_save_replaces_a_previous_save(tiny_bert, tmp_path):
+    first = BertSentenceTransformer(tiny_bert, device="cpu", pooling="cls").fit(TEXTS)
+    second = BertSentenceTransformer(tiny_bert, device="cpu", pooling="max").fit(TEXTS)
+    first.save(tmp_path / "m")
+    second.save(tmp_path / "m")
+    assert skbert.load(tmp_path / "m").pooling == "max"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no temporary folders left
+
+
+def test_an_attribute_that_cannot_be_stored_fails_the_save_and_leaves_nothing(tiny_bert, tmp_path):
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    est.extra_ = {"callback": print}
+    with pytest.raises(TypeError, match=r"extra_\['callback'\]"):
+        est.save(tmp_path / "m")
+    assert list(tmp_path.iterdir()) == []  # no folder that loads, no partial folder
+
+
+# ---------------------------------------------------------------------- loading safely
+@pytest.fixture(scope="module")
+def fitted(tiny_bert):
+    """A fitted classifier; tests that change it take a copy."""
+    return BertTextClassifier(tiny_bert, **TRAIN).fit(TEXTS, LABELS)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, fitted):
+    """A saved fitted classifier (to copy and tamper with)."""
+    folder = tmp_path_factory.mktemp("saved") / "clf"
+    fitted.save(folder)
+    return folder
+
+
+def tampered(saved, tmp_path, edit):
+    folder = tmp_path / "tampered"
+    shutil.copytree(saved, folder)
+    manifest = json.loads((folder / "skbert.json").read_text())
+    edit(manifest)
+    (folder / "skbert.json").write_text(json.dumps(manifest))
+    return folder
+
+
+@pytest.mark.parametrize("name", ["os.system", "builtins.eval", "BaseEstimator", None])
+def test_load_builds_only_allowed_classes(saved, tmp_path, name):
+    folder = tampered(saved, tmp_path, lambda m: m.update({"class": name}))
+    with pytest.raises(ValueError, match=r"not an estimator skbert loads") as info:
+        skbert.load(folder)
+    assert str(folder) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m["fitted"].update(x_={"type": "os.system", "value": "ls"}), "unknown value"),
+        (lambda m: m["fitted"]["tokenizer_"].update(folder="../../etc"), "not a file name"),
+        (lambda m: m["fitted"]["network_"].update(file="/etc/passwd"), "not a file name"),
+        (lambda m: m["fitted"]["network_"]["description"].update(kind="Popen"), "kind="),
+        (lambda m: m["params"].update(shell={"type": "str", "value": "ls"}), "no parameters"),
+        (lambda m: m.update(format_version=99), "upgrade skbert"),
+        (lambda m: m["fitted"].update(__class__={"type": "none"}), "not names of fitted"),
+    ],
+)
+def test_load_refuses_tampered_manifests(saved, tmp_path, edit, message):
+    folder = tampered(saved, tmp_path, edit)
+    with pytest.raises(ValueError, match=message):
+        skbert.load(folder)
+
+
+def test_load_errors_name_the_path(saved, tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        skbert.load(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty.*no skbert.json"):
+        skbert.load(tmp_path / "empty")
+    with pytest.raises(NotADirectoryError, match="skbert.json"):
+        skbert.load(saved / "skbert.json")
+    cases = [  # (file to damage, new content or None to delete, what the error names)
+        ("skbert.json", b'{"format": "skbert-estimator", "format_ver', "skbert.json"),
+        ("network_.safetensors", b"\x80\x04garbage", "network_.safetensors"),
+        ("tokenizer_/tokenizer.json", b"{garbage", "tokenizer_"),
+        ("tokenizer_", None, "tokenizer_"),
+    ]
+    for i, (name, content, named) in enumerate(cases):
+        folder = tmp_path / f"corrupt-{i}"
+        shutil.copytree(saved, folder)
+        if content is None:
+            shutil.rmtree(folder / name)
+        else:
+            (folder / name).write_bytes(content)
+        with pytest.raises(ValueError, match=re.escape(str(folder))) as info:
+            skbert.load(folder)
+        assert named in str(info.value)
+
+
+class _Payload:
+    """Unpickling this touches a marker file: code running from the bytes."""
+
+    def __init__(self, marker):
+        self.marker = Path(marker)
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_unpickling_never_runs_code_from_the_network_bytes(fitted, tmp_path, monkeypatch):
+    clf = copy.deepcopy(fitted)
+    marker = tmp_path / "pwned"
+    buffer = io.BytesIO()
+    torch.save(_Payload(marker), buffer)  # an earlier skbert pickled the network like this
+    malicious = [buffer.getvalue(), {"format": "skbert-network", "description": "{}"}]
+    malicious[1]["tensors"] = pickle.dumps(_Payload(marker))
+    for network in malicious:
+        state = {**clf.__getstate__(), "network_": network}
+        with monkeypatch.context() as patch:
+            patch.setattr(BertTextClassifier, "__getstate__", lambda self, s=state: s)
+            blob = pickle.dumps(clf)
+        refused = None
+        try:
+            pickle.loads(blob)
+        except ValueError as exc:
+            refused = exc
+        assert not marker.exists(), "unpickling ran code stored in the network bytes"
+        assert refused is not None and "network_" in str(refused)
+
+
+def test_pickled_network_is_json_and_safetensors(fitted):
+    state = fitted.__getstate__()
+    network = state["network_"]
+    assert network["format"] == "skbert-network"
+    assert json.loads(network["description"])["kind"] == "TaskNetwork"
+    from safetensors.torch import load as load_tensors
+
+    assert "encoder.backbone.embeddings.word_embeddings.weight" in load_tensors(network["tensors"])
+
+
+# ---------------------------------------------------------------------- GPU-fitted, CPU here
+needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+
+
+def fallback_messages(*calls) -> list:
+    """The CPU-fallback warnings given while running ``calls``."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for call in calls:
+            call()
+    return [str(w.message) for w in record if FALLBACK in str(w.message)]
+
+
+@needs_no_cuda
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "mps"])
+def test_unavailable_device_predicts_on_the_cpu_and_warns_once(fitted, tmp_path, device):
+    clf = copy.deepcopy(fitted)
+    expected = clf.predict_proba(TEXTS)  # fp32 on the CPU
+    clf.set_params(device=device)  # as fitted on a GPU (precision="auto": bf16 there)
+    for est in [clf, *round_trips(clf, tmp_path)]:
+
+        def predict(est=est):
+            assert np.array_equal(est.predict_proba(TEXTS), expected)
+
+        messages = fallback_messages(predict, predict, lambda est=est: est.predict(TEXTS))
+        assert messages == [
+            f"device={device!r} {FALLBACK}. set_params(device='cpu') silences this."
+        ]
+        assert est.get_params()["device"] == device  # not edited
+    with pytest.raises(RuntimeError, match="not available"):
+        clf.fit(TEXTS, LABELS)  # training still needs the device
+
+
+@needs_no_cuda
+def test_unavailable_device_transform_with_and_without_cache(tiny_bert, tmp_path):
+    for cached in (False, True):
+        memory = [tmp_path / "reference", tmp_path / "cache"] if cached else [None, None]
+        reference = BertSentenceTransformer(tiny_bert, device="cpu", memory=memory[0])
+        expected = reference.fit(TEXTS).transform(TEXTS)  # on the CPU, as it was computed
+        est = BertSentenceTransformer(tiny_bert, device="cpu", memory=memory[1]).fit(TEXTS)
+        est.set_params(device="cuda")
+
+        def transform(est=est, expected=expected):
+            assert np.array_equal(est.transform(TEXTS), expected)
+
+        # with a cache: the first call encodes (the cache key and the encoder both resolve the
+        # device), the second reads the cache
+        assert len(fallback_messages(transform, transform)) == 1
+        loaded = pickle.loads(pickle.dumps(est))
+        assert len(fallback_messages(lambda est=loaded: transform(est))) == 1
