@@ -1,6 +1,7 @@
 """Checkpoint and resume of the training loop: an interrupted fit, resumed in a fresh network
 built the same way, ends bit for bit where an uninterrupted fit ends."""
 
+import hashlib
 import json
 import os
 
@@ -18,7 +19,6 @@ _GEN = torch.Generator().manual_seed(1)
 IDS = torch.randint(5, SMALL["vocab_size"], (32, 6), generator=_GEN)
 LABELS = (IDS[:, 1] > 17).long()
 TRAIN_IDS, TRAIN_LABELS = IDS[:24], LABELS[:24]
-VAL_IDS, VAL_LABELS = IDS[24:], LABELS[24:]
 
 
 def loss_fn(net, batch):
@@ -30,9 +30,23 @@ def make_batches(rng):
     return length_grouped_batches(np.arange(24) % 3, 4, rng)  # 6 batches an epoch
 
 
+#: validation scores by epoch, whatever the numerics of this torch version: the best at epoch
+#: 2, then two stale epochs, so n_iter_no_change=2 stops after epoch 4
+SCRIPT = [1.0, 3.0, 2.0, 2.5, 4.0, 5.0]
+_SCORES = {}  # digest of the weights -> the score, in the order the weights first appear
+
+
 def validate(net):
-    with torch.no_grad():
-        return -float(F.cross_entropy(net(VAL_IDS), VAL_LABELS))
+    """The scripted score of these weights. Every run of the "early" setup follows one
+    trajectory (the property under test), so a resumed run meets the same weights at the
+    same epochs and gets the same scores; weights that differ get a new score and fail."""
+    digest = hashlib.blake2b(digest_size=16)
+    for tensor in net.state_dict().values():
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    key = digest.hexdigest()
+    if key not in _SCORES:
+        _SCORES[key] = SCRIPT[len(_SCORES)]
+    return _SCORES[key]
 
 
 # 6 batches an epoch: "plain" runs 3 epochs (18 steps); "early" stops after 4 of 6 epochs

@@ -48,9 +48,9 @@ def _learned(est) -> dict:
 
 
 # ---------------------------------------------------------------------------- atomic fits
-@pytest.mark.parametrize("warm_start", [False, True])
-def test_interrupted_refit_keeps_the_previous_model(tiny_bert, monkeypatch, warm_start):
-    clf = _classifier(tiny_bert).fit(X, Y)
+@pytest.mark.parametrize("warm_start, fine_tune", [(False, "full"), (True, "full"), (True, "top")])
+def test_interrupted_refit_keeps_the_previous_model(tiny_bert, monkeypatch, warm_start, fine_tune):
+    clf = _classifier(tiny_bert, fine_tune=fine_tune).fit(X, Y)
     before = _learned(clf)
     proba = clf.predict_proba(X)
     weights = {k: v.clone() for k, v in clf.network_.state_dict().items()}
@@ -318,3 +318,19 @@ def test_layer_may_be_a_list_or_numpy_ints(tiny_bert):
         est = BertSentenceTransformer(tiny_bert, device="cpu", layer=layer).fit(TEXTS)
         assert est.layers_ == (1, 2)
         np.testing.assert_array_equal(est.transform(TEXTS), reference.transform(TEXTS))
+
+
+@pytest.mark.parametrize(
+    "sizes, error, match",
+    [
+        ((), ValueError, "is empty"),
+        ((0,), ValueError, "must be an int >= 1"),
+        (("a",), TypeError, "holds 'a', a str"),
+        ((True, 3), TypeError, "holds True, a bool"),
+    ],
+)
+def test_bad_cnn_kernel_sizes_are_named(tiny_bert, sizes, error, match):
+    clf = _classifier(tiny_bert, pooling="cnn", cnn_kernel_sizes=sizes)
+    with pytest.raises(error, match=rf"cnn_kernel_sizes=.*{match}"):
+        clf.fit(X, Y)
+    assert _learned(clf) == {}
