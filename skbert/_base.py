@@ -171,12 +171,21 @@ class BertEstimatorBase(BaseEstimator):
             return self.model
         return f"a fitted {type(self.model).__name__}"
 
-    def _checkpoint(self, data_key: str):
-        """The :class:`~skbert._checkpoint.TrainingCheckpoint` of ``checkpoint_dir``, or None."""
+    #: parameters that do not change what a fit learns (or that the training loop's own
+    #: identity covers: the seed drawn from random_state, the device type), left out of a
+    #: checkpoint's data key
+    _NOT_IN_DATA_KEY = ("verbose", "checkpoint_dir", "checkpoint_steps", "memory", "random_state")
+
+    def _checkpoint(self, first, second, targets, **task):
+        """The :class:`~skbert._checkpoint.TrainingCheckpoint` of ``checkpoint_dir`` for this
+        training data and task, or None without ``checkpoint_dir``."""
         if self.checkpoint_dir is None:
             return None
         from ._checkpoint import TrainingCheckpoint
 
+        params = self.get_params(deep=False)
+        params = {k: v for k, v in params.items() if k not in self._NOT_IN_DATA_KEY}
+        data_key = self._data_key(first, second, targets, params=params, **task)
         return TrainingCheckpoint(self.checkpoint_dir, self.checkpoint_steps, data_key)
 
     def _fit_seed(self, checkpoint) -> int:

@@ -422,12 +422,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         self._start_fit(keep_learned=continuing)
         targets = self._targets(y, multilabel, continuing)
         self.pairs_ = second is not None
-        params = self.get_params(deep=False)
-        for name in ("verbose", "checkpoint_dir", "checkpoint_steps"):
-            params.pop(name)
-        checkpoint = self._checkpoint(
-            self._data_key(first, second, targets, classes=list(self.classes_), params=params)
-        )
+        checkpoint = self._checkpoint(first, second, targets, classes=list(self.classes_))
         seed = self._fit_seed(checkpoint)
 
         if continuing:

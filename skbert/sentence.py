@@ -491,12 +491,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                 )
             targets = torch.as_tensor(np.searchsorted(self.classes_, y), dtype=torch.int64)
             n_classes = len(self.classes_)
-        params = self.get_params(deep=False)
-        for name in ("verbose", "checkpoint_dir", "checkpoint_steps", "memory"):
-            params.pop(name)
-        checkpoint = self._checkpoint(
-            self._data_key(first, second, targets.numpy(), objective=objective, params=params)
-        )
+        checkpoint = self._checkpoint(first, second, targets.numpy(), objective=objective)
         seed = self._fit_seed(checkpoint)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

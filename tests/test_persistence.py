@@ -220,15 +220,32 @@ def test_round_trip_of_special_parameters(tiny_bert, tmp_path):
         assert_round_trip(est, tmp_path / type(memory).__name__, TEXTS)
 
 
+PACKAGED_TEXTS = ["a gripping, beautiful film", "dull and far too long", "a joy", "two hours lost"]
+
+
 @pytest.mark.real_model
-def test_packaged_model_round_trip(packaged_model, tmp_path):
-    texts = ["a gripping, beautiful film", "dull and far too long", "a joy", "two hours lost"]
-    clf = BertTextClassifier(packaged_model, max_length=16, fine_tune="top", **TRAIN)
-    clf.fit(texts, [1, 0, 1, 0])
-    assert_round_trip(clf, tmp_path / "clf", texts, pickled=False)
-    est = BertSentenceTransformer(packaged_model, max_length=16, device="cpu").fit(texts)
+@pytest.mark.parametrize("fine_tune", ["full", "top"])
+def test_packaged_model_classifier_round_trip(packaged_model, tmp_path, fine_tune):
+    clf = BertTextClassifier(packaged_model, max_length=16, fine_tune=fine_tune, **TRAIN)
+    clf.fit(PACKAGED_TEXTS, [1, 0, 1, 0])
+    assert_round_trip(clf, tmp_path / "clf", PACKAGED_TEXTS, pickled=False)
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize(
+    "fine_tune, extra",
+    [("none", {}), ("top", {"pooling": "cnn", "cnn_channels": 8}), ("full", {})],
+)
+def test_packaged_model_transformer_round_trip(packaged_model, tmp_path, fine_tune, extra):
+    est = BertSentenceTransformer(packaged_model, max_length=16, device="cpu", **extra)
+    if fine_tune == "none":
+        est.fit(PACKAGED_TEXTS)
+    else:
+        shifted = PACKAGED_TEXTS[1:] + PACKAGED_TEXTS[:1]
+        pairs = [[a, b] for a, b in zip(PACKAGED_TEXTS, shifted, strict=True)]
+        est.set_params(fine_tune=fine_tune, **TRAIN).fit(pairs, [0.0, 1.0, 2.5, 5.0])
     assert est.normalize_  # the checkpoint's modules.json, resolved at fit: kept by the save
-    assert_round_trip(est, tmp_path / "vectors", texts, pickled=False)
+    assert_round_trip(est, tmp_path / "vectors", PACKAGED_TEXTS, pickled=False)
 
 
 # ---------------------------------------------------------------------- the value codec

@@ -1,6 +1,7 @@
 """Nothing silently wrong, nothing lost: atomic fits, warm starts that cannot change the
 network, degenerate targets, input kinds, and the feature cache's model identity."""
 
+import json
 import shutil
 import warnings
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import TEXTS
+from sklearn.base import clone
 from sklearn.exceptions import NotFittedError, UndefinedMetricWarning
 from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.validation import check_is_fitted
@@ -287,8 +289,9 @@ def test_an_interrupted_fit_resumes_to_the_uninterrupted_result(
     assert clf.validation_scores_ == reference.validation_scores_
 
 
+@pytest.mark.parametrize("random_state", [None, "instance"])
 def test_a_resumed_fit_reuses_the_stored_seed_and_refuses_other_data(
-    tiny_bert, monkeypatch, tmp_path
+    tiny_bert, monkeypatch, tmp_path, random_state
 ):
     est = BertSentenceTransformer(
         tiny_bert,
@@ -298,13 +301,15 @@ def test_a_resumed_fit_reuses_the_stored_seed_and_refuses_other_data(
         max_epochs=2,
         checkpoint_dir=tmp_path,
         checkpoint_steps=1,
-    )  # random_state=None: the resumed fit must take the checkpointed run's seed
+        random_state=np.random.RandomState(0) if random_state else None,
+    )  # a seed drawn anew at each fit: the resumed fit must take the checkpointed run's seed
     scores = np.linspace(0, 5, len(PAIRS))
     with monkeypatch.context() as patch:
         _interrupt_after(patch, SiameseNetwork, "forward", 4)
         with pytest.raises(KeyboardInterrupt):
             est.fit(PAIRS, scores)
-    seed = __import__("json").loads((tmp_path / "training_state.json").read_text())["seed"]
+    seed = json.loads((tmp_path / "training_state.json").read_text())["seed"]
+    est = clone(est)  # as in a new session: an equal RandomState, another object
     est.fit(PAIRS, scores)
     assert len(est.loss_curve_) == 2
     with pytest.raises(ValueError, match=str(tmp_path)):
