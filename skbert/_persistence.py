@@ -73,33 +73,11 @@ _PROBE_TEXTS = (
 
 # ---------------------------------------------------------------------- estimator folders
 def save(estimator, path) -> str:
-    """Write ``estimator`` to the folder ``path`` (see :meth:`BertEstimatorBase.save`).
+    """Write the fitted ``estimator`` to the folder ``path``; returns ``path``.
 
     The folder is written under a temporary sibling name and renamed into place at the end,
     so a failed save leaves no folder that loads; a previous save at ``path`` is replaced.
-
-    Parameters
-    ----------
-    estimator : BertSentenceTransformer or BertTextClassifier
-        A fitted estimator.
-    path : str or os.PathLike
-        The folder to write: new, empty, or a previous save.
-
-    Returns
-    -------
-    str
-        ``path``.
-
-    Raises
-    ------
-    NotFittedError
-        If ``estimator`` is not fitted.
-    NotADirectoryError
-        If ``path`` is an existing file.
-    FileExistsError
-        If ``path`` is a folder with files in it that is not a previous save.
-    TypeError
-        If an attribute or parameter holds a value the format cannot store (named).
+    Parameters, errors and format: :meth:`BertEstimatorBase.save`.
     """
     check_is_fitted(estimator)
     target = Path(check_output_dir(path, "path")).absolute()
