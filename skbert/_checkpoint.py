@@ -25,9 +25,10 @@ import uuid
 import numpy as np
 import torch
 
+from ._fingerprint import weights_fingerprint
 from ._validation import check_output_dir
 
-__all__ = ["TrainingCheckpoint", "encode_numpy_state", "decode_numpy_state", "weights_hash"]
+__all__ = ["TrainingCheckpoint", "encode_numpy_state", "decode_numpy_state"]
 
 STATE_FILE = "training_state.pt"
 INFO_FILE = "training_state.json"
@@ -121,7 +122,7 @@ class TrainingCheckpoint:
             "data": hashlib.blake2b(self.data_key.encode(), digest_size=20).hexdigest(),
             "settings": settings,
             "seed": int(seed),
-            "network": weights_hash(network),
+            "network": weights_fingerprint(network),
         }
         return json.loads(_to_json(identity))  # as it reads back
 
@@ -329,16 +330,6 @@ def _fsync_folder(folder: str) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def weights_hash(network) -> str:
-    """Hash of a module's state dict: names, dtypes, shapes and bytes (40 hex digits)."""
-    digest = hashlib.blake2b(digest_size=20)
-    for name, tensor in sorted(network.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\x00".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()
 
 
 def encode_numpy_state(state: tuple) -> dict:

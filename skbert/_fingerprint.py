@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["directory_fingerprint", "state_fingerprint"]
+__all__ = ["directory_fingerprint", "state_fingerprint", "weights_fingerprint"]
 
 #: the files of a checkpoint folder that make its identity: weights, config and tokenizer
 _WEIGHT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model", ".pt")
@@ -74,9 +74,7 @@ def state_fingerprint(backbone, tokenizer) -> str:
         40 hexadecimal digits.
     """
     digest = hashlib.blake2b(digest_size=20)
-    for name, tensor in sorted(backbone.state_dict().items()):
-        digest.update(name.encode() + b"\x00")
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    _update_with_weights(digest, backbone)
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         digest.update(backend.to_str().encode())
@@ -85,6 +83,20 @@ def state_fingerprint(backbone, tokenizer) -> str:
         digest.update(json.dumps([type(tokenizer).__name__, vocab], default=str).encode())
     digest.update(json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str).encode())
     return digest.hexdigest()
+
+
+def weights_fingerprint(module) -> str:
+    """Hash of a module's state dict: names, dtypes, shapes and bytes (40 hex digits)."""
+    digest = hashlib.blake2b(digest_size=20)
+    _update_with_weights(digest, module)
+    return digest.hexdigest()
+
+
+def _update_with_weights(digest, module) -> None:
+    for name, tensor in sorted(module.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\x00".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
 
 
 def clear_memo() -> None:

@@ -438,7 +438,10 @@ def test_pickled_network_is_json_and_safetensors(fitted):
 
 
 # ---------------------------------------------------------------------- GPU-fitted, CPU here
-needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+needs_no_cuda = pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="simulates a GPU-fitted model on a machine without CUDA; this machine has CUDA",
+)
 
 
 def fallback_messages(*calls) -> list:
