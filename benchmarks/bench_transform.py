@@ -54,6 +54,7 @@ from _common import cpu_flags, cpu_model, default_data_home, model_path  # noqa:
 
 FP32_SPEED_BAR = 1.3
 BF16_SPEED_BAR = 3.0
+MATMUL_SHARE_BAR = 0.6  # bf16/fp32 transform speed-up >= 60% of the machine's matmul ratio
 FP32_COSINE_BAR = 0.9999
 BF16_COSINE_BAR = 0.999
 MEMORY_SCALES = (1, 4)
@@ -123,11 +124,15 @@ def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> d
     """Token positions the forward passes see, under ST's and skbert's batching.
 
     ST sorts texts by character length and pads each batch of ``batch_size`` texts to its
-    longest member; skbert batches rows of equal token count up to a token budget, with no
-    padding (its own ``row_batches``).
+    longest member; skbert encodes blocks of rows of equal token count, a fixed number per
+    length on the CPU, the last block of each length filled with repeats (its own
+    ``row_blocks``): no padding, but some repeated rows.
     """
+    import torch
+
     from skbert import BertSentenceTransformer
-    from skbert._encoding import row_batches
+    from skbert._encoding import row_blocks
+    from skbert._inference import block_tokens
 
     est = BertSentenceTransformer(path, batch_size=batch_size, device="cpu").fit(sentences[:1])
     encoded = est._encode(sentences)
@@ -137,7 +142,9 @@ def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> d
         int(lengths[by_chars[i : i + batch_size]].max()) * len(by_chars[i : i + batch_size])
         for i in range(0, len(by_chars), batch_size)
     )
-    ours = sum(int(lengths[b].max()) * len(b) for b in row_batches(lengths, batch_size))
+    config = est._inference_network(torch.device("cpu"), None).backbone.config
+    blocks = row_blocks(lengths, block_tokens(torch.device("cpu"), config))
+    ours = sum(int(lengths[positions[0]]) * len(positions) for positions, _ in blocks)
     return {"tokens": int(lengths.sum()), "ST": st_positions, "skbert": ours}
 
 
@@ -250,10 +257,45 @@ def run_speed(args) -> None:
             f"  skbert-bf16 / ST = {ratio_bf16:.2f}x  (bar >= {BF16_SPEED_BAR}x): not applicable "
             "(no avx512_bf16 / amx_bf16 on this CPU)"
         )
+    ratios = matmul_ratios()
+    machine = statistics.mean(ratios.values())
+    speedup = rate["skbert-bf16"] / rate["skbert-fp32"]
+    shapes = ", ".join(f"{shape}: {r:.3f}" for shape, r in ratios.items())
+    print(
+        f"  bf16/fp32 matrix-product speed on this machine (2 threads; {shapes}); mean "
+        f"{machine:.3f}"
+    )
+    print(
+        f"  skbert bf16/fp32 transform = {speedup:.3f}, {speedup / machine:.0%} of the "
+        f"machine's ratio (bar >= {MATMUL_SHARE_BAR:.0%}): "
+        f"{verdict(speedup >= MATMUL_SHARE_BAR * machine)}"
+    )
     print(
         f"  (torch threads during the run: {torch.get_num_threads()}; "
         f"load average at end: {load_average()})"
     )
+
+
+def matmul_ratios(rows: int = 1024, seconds: float = 1.0) -> dict:
+    """bf16 over fp32 matrix-product speed at MiniLM's shapes (feed-forward and projection):
+    ``rows`` tokens times the weight, each timed for at least ``seconds`` after a warm-up."""
+    import torch
+
+    def rate(k, n, dtype):
+        a = torch.randn(rows, k).to(dtype)
+        b = torch.randn(k, n).to(dtype)
+        a @ b
+        reps, start = 0, time.perf_counter()
+        while reps < 3 or time.perf_counter() - start < seconds:
+            a @ b
+            reps += 1
+        return reps / (time.perf_counter() - start)
+
+    shapes = {"384x1536": (384, 1536), "1536x384": (1536, 384), "384x384": (384, 384)}
+    return {
+        f"{rows}x{name}": rate(*kn, torch.bfloat16) / rate(*kn, torch.float32)
+        for name, kn in shapes.items()
+    }
 
 
 # ---------------------------------------------------------------------------- memory

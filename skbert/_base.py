@@ -344,7 +344,6 @@ class BertEstimatorBase(BaseEstimator):
         return predict_rows(
             network,
             self._encode(first, second),
-            batch_size=self.batch_size,
             device=device,
             all_layers=all_layers,
             verbose=self.verbose,

@@ -1,7 +1,10 @@
-"""Texts -> model rows: tokenize, truncate (or chunk), add special tokens, batch by length."""
+"""Texts -> model rows: tokenize, truncate (or chunk), add special tokens, block by length."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,11 +12,10 @@ import numpy as np
 from .truncation import split_chunks, truncate, truncate_pair
 
 __all__ = [
-    "TOKENS_PER_TEXT",
     "Encoded",
     "encode_texts",
     "pad_batch",
-    "row_batches",
+    "row_blocks",
     "stack_rows",
 ]
 
@@ -37,24 +39,59 @@ class Encoded:
         return Encoded([self.rows[i] for i in indices], 0)
 
 
-def _tokenize(tokenizer, texts, block=1024):
+def _tokenize(tokenizer, texts, block=4096):
     """Token ids of ``texts``, without special tokens.
 
-    Tokenized in blocks: a fast tokenizer's full output (offsets, token strings) is far larger
-    than the ids, and holding it for all texts at once would make memory grow with their number.
+    A fast tokenizer's Rust backend is called directly (``encode_batch_fast``: the ids without
+    the character offsets, which skbert does not use), in parallel over the cores unless
+    ``TOKENIZERS_PARALLELISM`` is false; the ids are the same as ``tokenizer(texts)`` gives.
+    Tokenized in blocks: a tokenizer's full output is far larger than the ids, and holding it
+    for all texts at once would make memory grow with their number.
     """
+    backend = _plain_backend(tokenizer)
     ids = []
     for start in range(0, len(texts), block):
-        ids.extend(
-            tokenizer(
-                texts[start : start + block],
-                add_special_tokens=False,
-                return_attention_mask=False,
-                return_token_type_ids=False,
-                verbose=False,
-            )["input_ids"]
-        )
+        part = texts[start : start + block]
+        if backend is not None:
+            ids.extend(e.ids for e in backend.encode_batch_fast(part, add_special_tokens=False))
+        else:
+            ids.extend(
+                tokenizer(
+                    part,
+                    add_special_tokens=False,
+                    return_attention_mask=False,
+                    return_token_type_ids=False,
+                    verbose=False,
+                )["input_ids"]
+            )
     return ids
+
+
+def _plain_backend(tokenizer):
+    """A copy of the Rust tokenizer behind a fast ``tokenizer``, with no truncation or padding:
+    what ``tokenizer(texts, add_special_tokens=False)`` runs. None for a slow tokenizer.
+
+    A copy, made once per tokenizer, because a checkpoint's ``tokenizer.json`` may set a
+    truncation on the backend itself (the tokenizer's own calls turn it off each time).
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        return None
+    try:
+        return _PLAIN_BACKENDS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast"):
+        return None
+    plain = copy.deepcopy(backend)
+    plain.no_truncation()
+    plain.no_padding()
+    with contextlib.suppress(TypeError):  # not weak-referenceable: copy again next time
+        _PLAIN_BACKENDS[tokenizer] = plain
+    return plain
+
+
+_PLAIN_BACKENDS = weakref.WeakKeyDictionary()
 
 
 def encode_texts(tokenizer, specials, first, second=None, *, readout) -> Encoded:
@@ -112,11 +149,6 @@ def encode_texts(tokenizer, specials, first, second=None, *, readout) -> Encoded
     return Encoded(rows, n_truncated)
 
 
-#: An inference batch holds up to ``batch_size * TOKENS_PER_TEXT`` token positions: in prediction
-#: ``batch_size`` is a token budget (texts of 32 tokens), in training a number of texts.
-TOKENS_PER_TEXT = 32
-
-
 def pad_batch(encoded: Encoded, indices, pad_id: int):
     """Pad the rows of the texts ``indices`` into numpy arrays (for training batches).
 
@@ -141,38 +173,41 @@ def pad_batch(encoded: Encoded, indices, pad_id: int):
     return input_ids, mask, token_types, owner
 
 
-def row_batches(lengths, batch_size: int):
-    """Inference batches of rows that all have the same number of tokens: no padding at all.
+def row_blocks(lengths, block_tokens: int):
+    """Prediction blocks: rows of one length, a fixed number of them per length.
 
-    Without padding a row's output does not depend on the rows it shares a batch with (bit for
-    bit for all-MiniLM-L6-v2 on the CPU at batch sizes 1 to 64; other shapes may round the last
-    bit differently, as the math library decides), so a text gets the same vector whatever else
-    is encoded with it, and the forward pass needs no attention mask. A batch holds up to
-    ``batch_size * TOKENS_PER_TEXT`` token positions (at least one row); the longest rows come
-    first, so that an out-of-memory error shows at once.
+    A block holds ``max(1, block_tokens // length)`` rows of ``length`` tokens: no padding, so
+    no attention mask, and a shape that depends on the length alone. The last block of a length
+    is filled up with repeats of its rows, so every row is computed in a forward pass of the same
+    shape whichever other texts come with it, which makes its output the same bit for bit (the
+    math library picks its kernels by shape). The longest rows come first, so that an
+    out-of-memory error shows at once.
 
     Parameters
     ----------
     lengths : array-like of int
         Tokens per row.
-    batch_size : int
+    block_tokens : int
+        Token positions per block (rows of more tokens go one per block).
 
     Yields
     ------
-    ndarray of int
-        Row positions of one batch.
+    positions : ndarray of int
+        Row positions of the block, repeats included (always the block's full size).
+    n_real : int
+        How many of ``positions`` are new: the first ``n_real``; the rest are repeats.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    budget = batch_size * TOKENS_PER_TEXT
     for length in np.unique(lengths)[::-1]:
         rows = np.flatnonzero(lengths == length)
-        per_batch = max(1, budget // int(length))
-        for start in range(0, len(rows), per_batch):
-            yield rows[start : start + per_batch]
+        per_block = max(1, block_tokens // int(length))
+        for start in range(0, len(rows), per_block):
+            real = rows[start : start + per_block]
+            yield np.resize(real, per_block), len(real)
 
 
 def stack_rows(rows):
-    """``(input_ids, token_type_ids)`` arrays of rows of one length (see :func:`row_batches`)."""
+    """``(input_ids, token_type_ids)`` arrays of rows of one length (see :func:`row_blocks`)."""
     input_ids = np.array([ids for ids, _ in rows], dtype=np.int64)
     token_types = np.array([types for _, types in rows], dtype=np.int64)
     return input_ids, token_types

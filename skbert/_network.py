@@ -7,10 +7,21 @@ import inspect
 import torch
 from torch import nn
 
+from ._fixed_blocks import in_fixed_blocks
 from ._readout import Readout
 from .pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling
 
-__all__ = ["SentenceEncoder", "TaskNetwork", "SiameseNetwork", "MaskedLMNetwork"]
+__all__ = [
+    "SentenceEncoder",
+    "TaskNetwork",
+    "SiameseNetwork",
+    "MaskedLMNetwork",
+]
+
+
+def _mask_or_ones(attention_mask, input_ids):
+    """``attention_mask``, or all ones for a padding-free batch (``None``)."""
+    return torch.ones_like(input_ids) if attention_mask is None else attention_mask
 
 
 class SentenceEncoder(nn.Module):
@@ -46,7 +57,8 @@ class SentenceEncoder(nn.Module):
 
     def _backbone_outputs(self, input_ids, attention_mask, token_type_ids, all_states: bool):
         # A batch without padding needs no mask; without one, attention takes its fast path.
-        full = not self.training and bool(attention_mask.all())
+        # Prediction passes None for its padding-free blocks (no device-to-host sync to check).
+        full = attention_mask is None or (not self.training and bool(attention_mask.all()))
         kwargs = {"input_ids": input_ids, "attention_mask": None if full else attention_mask}
         if self.uses_token_types and token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
@@ -74,6 +86,7 @@ class SentenceEncoder(nn.Module):
         :meth:`combine_all_layers` pools the chunks of a text. Feeds the frozen-feature cache.
         """
         out = self._backbone_outputs(input_ids, attention_mask, token_type_ids, True)
+        attention_mask = _mask_or_ones(attention_mask, input_ids)
         per_pooling = []
         for name in FROZEN_POOLINGS:
             pool = make_pooling(name)
@@ -115,7 +128,7 @@ class SentenceEncoder(nn.Module):
     def encode_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         """One pooled vector per row (chunk): ``(n_rows, output_dim)``."""
         states = self.token_states(input_ids, attention_mask, token_type_ids)
-        return self.pooling(states, attention_mask)
+        return self.pooling(states, _mask_or_ones(attention_mask, input_ids))
 
     def combine(self, rows, owner=None, n_texts=None) -> torch.Tensor:
         """Text vectors from row vectors: the chunks of a text (same ``owner``) pooled."""
@@ -162,7 +175,10 @@ class TaskNetwork(nn.Module):
 
     def combine(self, rows, owner=None, n_texts=None) -> torch.Tensor:
         """Logits from row vectors: chunks pooled, then dropout and the output layer."""
-        return self.output_layer(self.dropout(self.encoder.combine(rows, owner, n_texts)))
+        texts = self.dropout(self.encoder.combine(rows, owner, n_texts))
+        if self.training:
+            return self.output_layer(texts)
+        return in_fixed_blocks(self.output_layer, texts)
 
 
 class SiameseNetwork(nn.Module):

@@ -119,11 +119,11 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     mlm_probability : float, default=0.15
         Share of the tokens masked by ``mlm_steps``.
     batch_size : int, default=32
-        Two meanings, one per phase. Training: texts (or pairs) per optimiser step, padded
-        to the longest in the step. Prediction (and the validation scores of
-        ``early_stopping``): a budget of ``batch_size * 32`` token positions per forward
-        pass, filled with texts of equal length (no padding), so short texts go in larger
-        batches.
+        Texts (or pairs) per optimiser step in training, padded to the longest in the step.
+        Prediction (and the validation scores of ``early_stopping``) does not use it: it
+        encodes blocks of texts of equal length whose shape depends on the device and the
+        model only, so that a text's output is the same bit for bit whatever other texts
+        share the call.
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the data (stratified), score accuracy after each
         epoch (with the code of :meth:`predict`, so the score is what :meth:`score` gives on
@@ -474,7 +474,6 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
                 logits = predict_rows(
                     low_precision_copy(network, device, dtype),
                     held_out,
-                    batch_size=self.batch_size,
                     device=device,
                 )
                 return _accuracy(self._decide(logits), targets[val_idx])

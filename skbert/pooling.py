@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._fixed_blocks import in_fixed_blocks
+
 __all__ = [
     "TOKEN_POOLINGS",
     "CHUNK_POOLINGS",
@@ -133,8 +135,15 @@ class AttentionChunkPooling(nn.Module):
         self.project = nn.Linear(dim, dim)
         self.score = nn.Linear(dim, 1, bias=False)
 
+    def _scores(self, vectors: torch.Tensor) -> torch.Tensor:
+        return self.score(torch.tanh(self.project(vectors)))
+
     def forward(self, vectors: torch.Tensor, owner: torch.Tensor, n_texts: int) -> torch.Tensor:
-        scores = self.score(torch.tanh(self.project(vectors))).squeeze(-1).float()
+        if self.training:
+            scores = self._scores(vectors)
+        else:  # the same bits for a chunk whatever other chunks are pooled with it
+            scores = in_fixed_blocks(self._scores, vectors)
+        scores = scores.squeeze(-1).float()
         top = scores.new_full((n_texts,), float("-inf"))
         top = top.scatter_reduce(0, owner, scores, reduce="amax", include_self=True)
         weights = torch.exp(scores - top[owner])

@@ -138,10 +138,10 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     checkpoint_steps : int, default=500
         Training steps between two checkpoints (with ``checkpoint_dir``).
     batch_size : int, default=32
-        Two meanings, one per phase. Training: texts (or pairs) per optimiser step, padded
-        to the longest in the step. Inference (``transform``, ``similarity``): a budget of
-        ``batch_size * 32`` token positions per forward pass, filled with texts of equal
-        length (no padding), so short texts go in larger batches.
+        Texts (or pairs) per optimiser step in training, padded to the longest in the step.
+        Inference (``transform``, ``similarity``) does not use it: it encodes blocks of texts
+        of equal length whose shape depends on the device and the model only, so that a
+        text's vector is the same bit for bit whatever other texts share the call.
     device : str, default="auto"
         ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
     precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"

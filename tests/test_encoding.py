@@ -1,71 +1,78 @@
-"""Padding-free inference batches: skbert._encoding.row_batches and stack_rows."""
+"""Padding-free prediction blocks of fixed shape: skbert._encoding.row_blocks and stack_rows."""
 
 import numpy as np
 import pytest
 
-from skbert._encoding import TOKENS_PER_TEXT, row_batches, stack_rows
+from skbert._encoding import row_blocks, stack_rows
 
 
-def random_lengths(seed, n=200, high=None):
-    rng = np.random.default_rng(seed)
-    high = high or 4 * TOKENS_PER_TEXT * 8  # some rows longer than a small batch's budget
+def random_lengths(seed, n=200, high=600):
+    rng = np.random.default_rng(seed)  # some rows longer than a small block's budget
     return rng.integers(1, high, size=n)
 
 
-def check_batches(lengths, batch_size):
+def check_blocks(lengths, block_tokens):
     lengths = np.asarray(lengths)
-    batches = list(row_batches(lengths, batch_size))
-    budget = batch_size * TOKENS_PER_TEXT
-    # every row exactly once
-    seen = np.concatenate(batches) if batches else np.array([], dtype=np.int64)
+    blocks = list(row_blocks(lengths, block_tokens))
+    # every row exactly once among the real rows; the rest repeat rows of their own block
+    real = [positions[:n_real] for positions, n_real in blocks]
+    seen = np.concatenate(real) if real else np.array([], dtype=np.int64)
     np.testing.assert_array_equal(np.sort(seen), np.arange(len(lengths)))
     widths = []
-    for batch in batches:
-        assert isinstance(batch, np.ndarray) and np.issubdtype(batch.dtype, np.integer)
-        assert len(batch) >= 1
-        batch_lengths = np.unique(lengths[batch])
-        assert len(batch_lengths) == 1, batch_lengths  # one length: no padding
-        width = int(batch_lengths[0])
-        # within the token budget, unless one row alone is longer than it
-        assert len(batch) * width <= budget or (len(batch) == 1 and width > budget)
+    for positions, n_real in blocks:
+        assert isinstance(positions, np.ndarray) and np.issubdtype(positions.dtype, np.integer)
+        assert 1 <= n_real <= len(positions)
+        assert set(positions[n_real:].tolist()) <= set(positions[:n_real].tolist())
+        block_lengths = np.unique(lengths[positions])
+        assert len(block_lengths) == 1, block_lengths  # one length: no padding
+        width = int(block_lengths[0])
+        # the shape is a function of the length alone: the budget's worth of rows, or one
+        assert len(positions) == max(1, block_tokens // width)
         widths.append(width)
     assert widths == sorted(widths, reverse=True)  # longest rows first
-    # batches are as full as the budget allows: only the last batch of a length is smaller
+    # only the last block of a length has repeats
     for width in set(widths):
-        sizes = [len(b) for b, w in zip(batches, widths, strict=True) if w == width]
-        full = max(1, budget // width)
-        assert all(size == full for size in sizes[:-1]) and 1 <= sizes[-1] <= full
-    return batches
+        n_reals = [n for (p, n), w in zip(blocks, widths, strict=True) if w == width]
+        full = max(1, block_tokens // width)
+        assert all(n == full for n in n_reals[:-1]) and 1 <= n_reals[-1] <= full
+    return blocks
 
 
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("batch_size", [1, 3, 8, 32])
-def test_row_batches_properties(seed, batch_size):
-    check_batches(random_lengths(seed), batch_size)
+@pytest.mark.parametrize("block_tokens", [1, 32, 96, 256, 1024])
+def test_row_blocks_properties(seed, block_tokens):
+    check_blocks(random_lengths(seed), block_tokens)
 
 
-def test_row_batches_few_distinct_lengths():
+def test_row_blocks_few_distinct_lengths():
     lengths = [5, 7, 5, 5, 7, 3, 5, 5] * 10
-    batches = check_batches(lengths, batch_size=1)  # budget 32: 6 rows of 5, 4 of 7, 10 of 3
-    assert [len(b) for b in batches] == [4] * 5 + [6] * 8 + [2] + [10]
+    blocks = check_blocks(lengths, block_tokens=32)  # 6 rows of 5, 4 of 7, 10 of 3
+    assert [len(p) for p, _ in blocks] == [4] * 5 + [6] * 9 + [10]
+    assert [n for _, n in blocks] == [4] * 5 + [6] * 8 + [2] + [10]
+    positions, n_real = blocks[13]  # the last 2 rows of length 5, each repeated
+    assert n_real == 2
+    np.testing.assert_array_equal(positions, np.resize(positions[:2], 6))
 
 
-def test_row_batches_rows_longer_than_the_budget_go_alone():
-    budget = 2 * TOKENS_PER_TEXT
+def test_row_blocks_rows_longer_than_the_budget_go_alone():
+    budget = 64
     lengths = [budget + 5, 3, budget + 5, budget * 3]
-    batches = check_batches(lengths, batch_size=2)
-    assert [b.tolist() for b in batches[:3]] == [[3], [0], [2]]
-    assert batches[3].tolist() == [1]
+    blocks = check_blocks(lengths, block_tokens=budget)
+    assert [(p.tolist(), n) for p, n in blocks[:3]] == [([3], 1), ([0], 1), ([2], 1)]
+    assert blocks[3][0].tolist() == [1] * (budget // 3) and blocks[3][1] == 1
 
 
-def test_row_batches_accepts_lists_and_single_rows():
-    assert [b.tolist() for b in row_batches([4], 8)] == [[0]]
-    assert [b.tolist() for b in row_batches(np.array([4, 4]), 8)] == [[0, 1]]
+def test_row_blocks_a_block_shape_does_not_depend_on_the_other_rows():
+    # a row gets a block of the same shape alone, among equals, or among others
+    alone = list(row_blocks([7], 64))
+    among = list(row_blocks([7, 7, 7, 30, 2], 64))
+    assert [len(p) for p, _ in alone] == [9]
+    assert {len(p) for p, _ in among if len(set(np.asarray([7, 7, 7, 30, 2])[p])) == 1} >= {9}
 
 
 @pytest.mark.parametrize("empty", [[], np.array([], dtype=np.int64)])
-def test_row_batches_empty_input_yields_nothing(empty):
-    assert list(row_batches(empty, 8)) == []
+def test_row_blocks_empty_input_yields_nothing(empty):
+    assert list(row_blocks(empty, 8)) == []
 
 
 def test_stack_rows_shapes_and_values():
@@ -81,7 +88,47 @@ def test_stack_rows_of_the_batches_of_encoded_rows():
     rng = np.random.default_rng(0)
     lengths = rng.integers(2, 40, size=50)
     rows = [(rng.integers(5, 30, size=n).tolist(), [0] * n) for n in lengths]
-    for batch in row_batches(lengths, batch_size=4):
-        input_ids, token_types = stack_rows([rows[i] for i in batch])
-        assert input_ids.shape == token_types.shape == (len(batch), lengths[batch[0]])
-        np.testing.assert_array_equal(input_ids[-1], rows[batch[-1]][0])
+    for positions, _ in row_blocks(lengths, block_tokens=128):
+        input_ids, token_types = stack_rows([rows[i] for i in positions])
+        assert input_ids.shape == token_types.shape == (len(positions), lengths[positions[0]])
+        np.testing.assert_array_equal(input_ids[-1], rows[positions[-1]][0])
+
+
+TRICKY = [
+    "Hello, world!",
+    "  leading and trailing  ",
+    "",
+    "naïve café façade — «quotes» and emoji 🙂",
+    "[CLS] special tokens [SEP] written as text [MASK]",
+    "numbers 3.14159 and URLs https://example.org/a?b=c",
+    "汉字 and ひらがな mixed with latin",
+    "a" * 300,
+]
+
+
+def test_fast_path_tokenizes_as_the_tokenizer_does(packaged_model, data_home):
+    from transformers import AutoTokenizer
+
+    from skbert._encoding import _plain_backend, _tokenize
+    from skbert.datasets import load_sst2
+
+    tokenizer = AutoTokenizer.from_pretrained(packaged_model)
+    assert _plain_backend(tokenizer) is not None  # the fast path is the one tested
+    texts = [str(t) for t in load_sst2("dev", data_home=data_home, return_X_y=True)[0]]
+    texts += TRICKY
+    expected = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert _tokenize(tokenizer, texts, block=100) == expected
+
+
+def test_a_truncation_set_on_the_backend_does_not_apply(tiny_bert):
+    from transformers import AutoTokenizer
+
+    from skbert._encoding import _plain_backend, _tokenize
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    tokenizer.backend_tokenizer.enable_truncation(3)  # as a tokenizer.json may set
+    assert _plain_backend(tokenizer) is not None
+    texts = ["the cat sat on the mat and the dog", "good film"]
+    assert [len(ids) for ids in _tokenize(tokenizer, texts)] == [9, 2]
+    assert _tokenize(tokenizer, texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert tokenizer.backend_tokenizer.truncation is None  # turned off by that call

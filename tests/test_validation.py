@@ -89,7 +89,7 @@ def test_nan_detection_does_not_flag_strings():
         (["a", "ok \ud800 here"], r"X\[1\]"),
         (np.array(["a", "b", "\udfff"], dtype=object), r"X\[2\]"),
         ([("a", "b"), ("c", "\ud800")], r"X\[1, 1\]"),
-        (pd.DataFrame({"text": ["\ud800x", "b"]}), r"X\[0, 0\]"),
+        (pd.DataFrame({"text": ["\ud800x", "b"]}, dtype=object), r"X\[0, 0\]"),
     ],
 )
 def test_lone_surrogate_names_the_position(X, where):
