@@ -66,8 +66,13 @@ def tiny_encoder(folder: str) -> str:
 
 
 def contenders(folder: str, texts: list[str]) -> dict:
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
     from transformers import AutoTokenizer
+
+    try:  # sentence-transformers >= 6 moved the modules
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
 
     from skbert import BertSentenceTransformer
 
@@ -78,7 +83,8 @@ def contenders(folder: str, texts: list[str]) -> dict:
             tokenizer(sentences[start : start + 1024])
 
     word = models.Transformer(folder, max_seq_length=256)
-    pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="mean")
+    dimension = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
+    pooling = models.Pooling(dimension(), pooling_mode="mean")
     st = SentenceTransformer(modules=[word, pooling], device="cpu")
     est = BertSentenceTransformer(folder, pooling="mean", device="cpu", max_length=256)
     est.fit(texts[:1])

@@ -329,6 +329,8 @@ class SpecialTokens:
             pre, post = self.single
             t_pre, t_a, t_post = self.single_types
             ids = [*pre, *first, *post]
+            if t_pre == t_a == t_post:  # the usual case: one type throughout
+                return ids, [t_a] * len(ids)
             types = [t_pre] * len(pre) + [t_a] * len(first) + [t_post] * len(post)
             return ids, types
         pre, mid, post = self.pair
