@@ -116,3 +116,29 @@ def test_an_error_during_prediction_restores_the_thread_count(tiny_bert, monkeyp
     with pytest.raises(RuntimeError, match="boom"):
         est.transform(sentences(30))
     assert torch.get_num_threads() == threads
+
+
+def test_accelerator_path_run_on_the_cpu_gives_the_same_rows(tiny_bert):
+    """The accelerator runner (a host thread preparing blocks, outputs kept on the device and
+    reordered once at the end) checked on the CPU against the CPU runner: same rows, same
+    order. Pinned memory and asynchronous copies only apply on CUDA and are not run here."""
+    from skbert._encoding import row_blocks
+    from skbert._inference import _NoBar, _run_on_accelerator, _run_on_cpu
+
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
+    network = est._inference_network(torch.device("cpu"), None)
+    encoded = est._encode(sentences(70, seed=6, longest=20))
+    rows = [row for text_rows in encoded.rows for row in text_rows]
+    blocks = list(row_blocks([len(ids) for ids, _ in rows], 32))
+    assert len(blocks) > 5 and any(n < len(p) for p, n in blocks)
+    cpu = torch.device("cpu")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        on_cpu = _run_on_cpu(network.encode_rows, rows, blocks, _NoBar(), cpu, 2)
+        with torch.inference_mode():
+            other = _run_on_accelerator(network.encode_rows, rows, blocks, _NoBar(), cpu, 2)
+    finally:
+        torch.set_num_threads(threads)
+    assert other.shape == on_cpu.shape == (len(rows), network.output_dim)
+    torch.testing.assert_close(other, on_cpu, rtol=0, atol=0)
