@@ -6,6 +6,7 @@ run :func:`predict_rows`, so a validation score is what ``score`` gives on the s
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import copy
@@ -142,8 +143,9 @@ def predict_rows(
     chunked = len(rows) > len(encoded)
     run = _run_on_cpu if device.type == "cpu" else _run_on_accelerator
     bar = progress(None, desc=desc, unit="block", verbose=verbose, total=len(blocks))
-    with _one_thread_per_block(device) as cores, contextlib.closing(bar or _NoBar()):
-        out = run(encode, rows, blocks, bar or _NoBar(), device, cores)
+    bar = _NoBar() if bar is None else bar
+    with _one_thread_per_block(device) as cores, contextlib.closing(bar):
+        out = run(encode, rows, blocks, bar, device, cores)
         with torch.inference_mode():
             param = next(network.parameters())
             texts = combine(
@@ -182,16 +184,37 @@ def _run_on_cpu(encode, rows, blocks, bar, device, cores) -> torch.Tensor:
             return vectors[:n_real].float()
 
     out = None
-    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="skbert-encode")
-    try:
-        for (positions, n_real), vectors in zip(blocks, pool.map(work, blocks), strict=True):
+    with contextlib.closing(_in_order(work, blocks, workers, "skbert-encode")) as results:
+        for (positions, n_real), vectors in results:
             if out is None:
                 out = torch.empty((len(rows), *vectors.shape[1:]), dtype=torch.float32)
             out[torch.from_numpy(positions[:n_real])] = vectors
             bar.update()
+    return out
+
+
+def _in_order(function, items, workers: int, name: str):
+    """Yield ``(item, function(item))`` in order, computed by ``workers`` threads.
+
+    At most twice as many items as there are workers are in flight, so finished results do
+    not pile up when the consumer is slower; closed early (wrap it in
+    :func:`contextlib.closing`), it cancels the items not yet started and awaits the running
+    ones.
+    """
+    ahead = 2 * workers
+    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=name)
+    try:
+        pending = collections.deque()
+        for item in items:
+            pending.append((item, pool.submit(function, item)))
+            if len(pending) > ahead:
+                done, future = pending.popleft()
+                yield done, future.result()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    return out
 
 
 def _run_on_accelerator(encode, rows, blocks, bar, device, cores) -> torch.Tensor:
@@ -209,8 +232,8 @@ def _run_on_accelerator(encode, rows, blocks, bar, device, cores) -> torch.Tenso
         ids, types = torch.from_numpy(ids), torch.from_numpy(types)
         return (ids.pin_memory(), types.pin_memory()) if pin else (ids, types)
 
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skbert-prepare") as pool:
-        for (_, n_real), (ids, types) in zip(blocks, pool.map(prepare, blocks), strict=True):
+    with contextlib.closing(_in_order(prepare, blocks, 1, "skbert-prepare")) as prepared:
+        for (_, n_real), (ids, types) in prepared:
             with torch.inference_mode():
                 ids = ids.to(device, non_blocking=pin)
                 types = types.to(device, non_blocking=pin)
