@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ._fixed_blocks import in_fixed_blocks
+from ._fused_layers import fused_forward
 from ._readout import Readout
 from .pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling
 
@@ -59,6 +60,10 @@ class SentenceEncoder(nn.Module):
         # A batch without padding needs no mask; without one, attention takes its fast path.
         # Prediction passes None for its padding-free blocks (no device-to-host sync to check).
         full = attention_mask is None or (not self.training and bool(attention_mask.all()))
+        if attention_mask is None:  # prediction blocks: PyTorch's fused layers where they apply
+            fused = fused_forward(self.backbone, input_ids, token_type_ids, all_states)
+            if fused is not None:
+                return fused
         kwargs = {"input_ids": input_ids, "attention_mask": None if full else attention_mask}
         if self.uses_token_types and token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids

@@ -132,3 +132,44 @@ def test_a_truncation_set_on_the_backend_does_not_apply(tiny_bert):
     assert [len(ids) for ids in _tokenize(tokenizer, texts)] == [9, 2]
     assert _tokenize(tokenizer, texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
     assert tokenizer.backend_tokenizer.truncation is None  # turned off by that call
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_encoding_pauses_the_garbage_collector_and_restores_it(tiny_bert, enabled_before):
+    import gc
+
+    from transformers import AutoTokenizer
+
+    from skbert._backbone import SpecialTokens
+    from skbert._encoding import encode_texts
+    from skbert._readout import Readout
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    specials = SpecialTokens.from_tokenizer(tokenizer)
+    seen = []
+
+    class Spy:  # a readout that records whether the collector runs while texts are cut
+        def __getattr__(self, name):
+            seen.append(gc.isenabled())
+            return getattr(readout, name)
+
+    readout = Readout(
+        truncation="head",
+        max_length=16,
+        head_length=8,
+        max_chunks=None,
+        chunk_pooling="mean",
+        layers=(2,),
+        layer_combine="concat",
+        pooling="mean",
+        hidden_size=16,
+        n_hidden_states=3,
+    )
+    (gc.enable if enabled_before else gc.disable)()
+    try:
+        encoded = encode_texts(tokenizer, specials, ["the cat sat", "good"], readout=Spy())
+        assert gc.isenabled() is enabled_before
+    finally:
+        gc.enable()
+    assert len(encoded) == 2
+    assert seen and not any(seen)
