@@ -156,9 +156,13 @@ def _layer_eligible(layer, hidden: int) -> bool:
     return not hasattr(layer, "crossattention")
 
 
-def _signature(backbone) -> tuple:
-    """Changes whenever a weight is replaced or changed in place (training, loading)."""
-    return tuple((p.data_ptr(), p._version) for p in backbone.parameters())
+def _signature(backbone):
+    """Changes whenever a weight is replaced or changed in place (training, loading); None for
+    weights made under ``torch.inference_mode()``, which count no versions."""
+    try:
+        return tuple((p.data_ptr(), p._version) for p in backbone.parameters())
+    except RuntimeError:
+        return None
 
 
 def _agrees(backbone, plan) -> bool:
@@ -184,6 +188,8 @@ def _plan_for(backbone):
     """The cached plan of ``backbone``, rebuilt (and checked) when its weights changed."""
     with _LOCK:
         signature = _signature(backbone)
+        if signature is None:  # changes to the weights could not be seen: no cached plan
+            return None
         cached = _PLANS.get(backbone)
         if cached is not None and cached[0] == signature:
             return cached[1]

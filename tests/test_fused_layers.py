@@ -83,6 +83,15 @@ def test_plan_follows_weight_changes(tiny_bert):
     assert backbone in _PLANS
 
 
+def test_weights_made_in_inference_mode_take_the_transformers_forward(tiny_bert):
+    config = _load(tiny_bert).config
+    with torch.inference_mode():  # such weights count no versions: changes would go unseen
+        backbone = AutoModel.from_config(config).eval()
+        ids = _probe(config.vocab_size)
+        assert fused_forward(backbone, ids, None, False) is None
+        assert backbone(input_ids=ids).last_hidden_state.shape == (3, 7, 16)
+
+
 def test_transform_vectors_match_the_transformers_forward(packaged_model):
     """The fused path changes speed, not results: vectors within float rounding of those of
     the transformers forward (the fused path turned off)."""
