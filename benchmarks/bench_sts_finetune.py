@@ -52,7 +52,9 @@ def run_st(pooling, train, test, seed=0):
     torch.manual_seed(seed)
     start = time.perf_counter()
     word = models.Transformer(model_path(), max_seq_length=256)
-    pool = models.Pooling(word.get_word_embedding_dimension(), pooling_mode=pooling)
+    # sentence-transformers 6 renamed get_word_embedding_dimension
+    dimension = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
+    pool = models.Pooling(dimension(), pooling_mode=pooling)
     model = SentenceTransformer(modules=[word, pool], device="cpu")
     examples = [
         InputExample(texts=[a, b], label=float(s) / 5) for (a, b), s in zip(X, y, strict=True)
