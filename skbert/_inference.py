@@ -59,8 +59,9 @@ def low_precision_copy(network: torch.nn.Module, device: torch.device, dtype) ->
 #: Token positions per forward pass in prediction, by device type, for a model of
 #: all-MiniLM-L6-v2's size or larger. The CPU runs one block per core, each single-threaded:
 #: 256 positions was the fastest block for all-MiniLM-L6-v2 on a 2-core AMD EPYC (4,400
-#: tokens/s, against 2,500 at 64 and 4,000 at 512). Accelerators get large blocks (not yet
-#: measured: no GPU to measure on so far).
+#: tokens/s, against 2,500 at 64 and 4,000 at 512), and still with the fused layers of
+#: :mod:`skbert._fused_layers` (96, 128, 192 and 384 were slower). Accelerators get large
+#: blocks (not yet measured: no GPU to measure on so far).
 BLOCK_TOKENS = {"cpu": 256}
 ACCELERATOR_BLOCK_TOKENS = 8192
 #: Matrix-product FLOPs per token of all-MiniLM-L6-v2 (6 layers, 384 wide, 1,536 inner). A
