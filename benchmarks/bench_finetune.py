@@ -65,6 +65,24 @@ def run_skbert(X, y, epochs, seed=0):
 
 
 def run_trainer(X, y, epochs, learning_rate, seed=0):
+    """Trainer's training throughput (sentences/s) on the CPU, and its predict function."""
+    seconds, predict = train_with_trainer(
+        model_path(), X, y, epochs=epochs, learning_rate=learning_rate, seed=seed
+    )
+    return len(X) * epochs / seconds, predict
+
+
+def train_with_trainer(
+    path, X, y, *, epochs, learning_rate, batch=BATCH, device="cpu", seed=0, clock=None
+):
+    """Fine-tune ``AutoModelForSequenceClassification`` from ``path`` with ``Trainer`` (its
+    dynamic-padding collator, 10 % warm-up, weight decay 0.01, clipping 1.0) on ``device``
+    (``Trainer`` takes CUDA when there is one; ``"cpu"`` forces the CPU).
+
+    Returns the seconds from loading to the end of training, read with ``clock``
+    (``time.perf_counter`` by default; ``bench_gpu.py`` passes one that waits for the GPU),
+    and a function predicting labels.
+    """
     import torch
     from transformers import (
         AutoModelForSequenceClassification,
@@ -75,9 +93,9 @@ def run_trainer(X, y, epochs, learning_rate, seed=0):
     )
     from transformers.utils import logging as hf_logging
 
+    clock = clock or time.perf_counter
     hf_logging.set_verbosity_error()
-    path = model_path()
-    start = time.perf_counter()
+    start = clock()
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
     enc = tokenizer(list(X), truncation=True, max_length=MAX_LENGTH)
@@ -87,11 +105,11 @@ def run_trainer(X, y, epochs, learning_rate, seed=0):
             enc["input_ids"], enc["token_type_ids"], enc["attention_mask"], y, strict=True
         )
     ]
-    steps = epochs * int(np.ceil(len(X) / BATCH))
+    steps = epochs * int(np.ceil(len(X) / batch))
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(
             output_dir=out,
-            per_device_train_batch_size=BATCH,
+            per_device_train_batch_size=batch,
             num_train_epochs=epochs,
             learning_rate=learning_rate,
             weight_decay=0.01,
@@ -99,7 +117,7 @@ def run_trainer(X, y, epochs, learning_rate, seed=0):
             max_grad_norm=1.0,
             save_strategy="no",
             report_to="none",
-            use_cpu=True,
+            use_cpu=device == "cpu",
             seed=seed,
             logging_strategy="no",
             disable_tqdm=True,
@@ -112,7 +130,7 @@ def run_trainer(X, y, epochs, learning_rate, seed=0):
             data_collator=DataCollatorWithPadding(tokenizer),
         )
         trainer.train()
-    seconds = time.perf_counter() - start
+    seconds = clock() - start
     model.eval()
 
     def predict(texts):
@@ -125,11 +143,11 @@ def run_trainer(X, y, epochs, learning_rate, seed=0):
                     max_length=MAX_LENGTH,
                     padding=True,
                     return_tensors="pt",
-                )
-                out.append(model(**batch).logits.argmax(-1).numpy())
+                ).to(model.device)
+                out.append(model(**batch).logits.argmax(-1).cpu().numpy())
         return np.concatenate(out)
 
-    return len(X) * epochs / seconds, predict
+    return seconds, predict
 
 
 def frozen_baseline(X, y, X_dev, y_dev):

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import math
 import os
 import platform
 import shutil
@@ -147,16 +146,6 @@ def release(device: str) -> None:
     gc.collect()
     if device.startswith("cuda") and torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def st_modules():
-    """sentence-transformers' module classes (``models``, ``losses``) across versions."""
-    try:  # sentence-transformers >= 6 moved them
-        from sentence_transformers.sentence_transformer import losses
-        from sentence_transformers.sentence_transformer import modules as models
-    except ImportError:
-        from sentence_transformers import losses, models
-    return models, losses
 
 
 def copy_side_files(source: Path, target: Path) -> None:
@@ -313,40 +302,20 @@ def part_transform(args, rows: list) -> None:
 
 
 # ---------------------------------------------------------------------------- 2. siamese
-def spearman(u, v, y) -> float:
-    from skbert.metrics import cosine_spearman
-
-    return 100 * cosine_spearman(u, v, y)
-
-
 def siamese_st(args, train, test, seed=0):
     """``bench_sts_finetune.py``'s ST run (mean pooling) on ``args.device``."""
-    import torch
-    from sentence_transformers import InputExample, SentenceTransformer
-    from torch.utils.data import DataLoader
+    from bench_sts_finetune import train_st
 
-    models, losses = st_modules()
-    (X, y), (X_test, y_test) = train, test
-    torch.manual_seed(seed)
-    start = clock(args.device)
-    word = models.Transformer(args.model, max_seq_length=256)
-    dimension = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
-    pool = models.Pooling(dimension(), pooling_mode="mean")
-    model = SentenceTransformer(modules=[word, pool], device=args.device)
-    examples = [
-        InputExample(texts=[a, b], label=float(s) / 5) for (a, b), s in zip(X, y, strict=True)
-    ]
-    loader = DataLoader(examples, shuffle=True, batch_size=SIAMESE_BATCH)
-    model.fit(
-        train_objectives=[(loader, losses.CosineSimilarityLoss(model))],
-        epochs=1,
-        warmup_steps=math.ceil(0.1 * len(loader)),
-        show_progress_bar=False,
+    return train_st(
+        args.model,
+        "mean",
+        train,
+        test,
+        batch=SIAMESE_BATCH,
+        device=args.device,
+        seed=seed,
+        clock=lambda: clock(args.device),
     )
-    seconds = clock(args.device) - start
-    u = model.encode(list(X_test[:, 0]), batch_size=32, show_progress_bar=False)
-    v = model.encode(list(X_test[:, 1]), batch_size=32, show_progress_bar=False)
-    return seconds, spearman(u, v, y_test)
 
 
 def siamese_skbert(args, train, test, precision, seed=0):
@@ -455,68 +424,19 @@ def classify_skbert(args, X, y, seed=0):
 
 def classify_trainer(args, X, y, learning_rate, seed=0):
     """``bench_finetune.py``'s Trainer run, on CUDA when the device is."""
-    import torch
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        DataCollatorWithPadding,
-        Trainer,
-        TrainingArguments,
+    from bench_finetune import train_with_trainer
+
+    return train_with_trainer(
+        args.model,
+        X,
+        y,
+        epochs=1,
+        learning_rate=learning_rate,
+        batch=CLASSIFY_BATCH,
+        device=args.device,
+        seed=seed,
+        clock=lambda: clock(args.device),
     )
-
-    start = clock(args.device)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
-    enc = tokenizer(list(X), truncation=True, max_length=MAX_LENGTH)
-    dataset = [
-        {"input_ids": ids, "token_type_ids": tt, "attention_mask": am, "labels": int(label)}
-        for ids, tt, am, label in zip(
-            enc["input_ids"], enc["token_type_ids"], enc["attention_mask"], y, strict=True
-        )
-    ]
-    steps = int(np.ceil(len(X) / CLASSIFY_BATCH))
-    with tempfile.TemporaryDirectory() as out:
-        training = TrainingArguments(
-            output_dir=out,
-            per_device_train_batch_size=CLASSIFY_BATCH,
-            num_train_epochs=1,
-            learning_rate=learning_rate,
-            weight_decay=0.01,
-            warmup_steps=int(0.1 * steps),
-            max_grad_norm=1.0,
-            save_strategy="no",
-            report_to="none",
-            use_cpu=args.device == "cpu",
-            seed=seed,
-            logging_strategy="no",
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-        )
-        trainer = Trainer(
-            model=model,
-            args=training,
-            train_dataset=dataset,
-            data_collator=DataCollatorWithPadding(tokenizer),
-        )
-        trainer.train()
-    seconds = clock(args.device) - start
-    model.eval()
-
-    def predict(texts):
-        out = []
-        with torch.inference_mode():
-            for i in range(0, len(texts), 64):
-                batch = tokenizer(
-                    list(texts[i : i + 64]),
-                    truncation=True,
-                    max_length=MAX_LENGTH,
-                    padding=True,
-                    return_tensors="pt",
-                ).to(model.device)
-                out.append(model(**batch).logits.argmax(-1).cpu().numpy())
-        return np.concatenate(out)
-
-    return seconds, predict
 
 
 def part_classify(args, rows: list) -> None:
