@@ -60,13 +60,14 @@ class SentenceEncoder(nn.Module):
         # A batch without padding needs no mask; without one, attention takes its fast path.
         # Prediction passes None for its padding-free blocks (no device-to-host sync to check).
         full = attention_mask is None or (not self.training and bool(attention_mask.all()))
+        types = token_type_ids if self.uses_token_types else None
         if attention_mask is None:  # prediction blocks: PyTorch's fused layers where they apply
-            fused = fused_forward(self.backbone, input_ids, token_type_ids, all_states)
+            fused = fused_forward(self.backbone, input_ids, types, all_states)
             if fused is not None:
                 return fused
         kwargs = {"input_ids": input_ids, "attention_mask": None if full else attention_mask}
-        if self.uses_token_types and token_type_ids is not None:
-            kwargs["token_type_ids"] = token_type_ids
+        if types is not None:
+            kwargs["token_type_ids"] = types
         return self.backbone(**kwargs, output_hidden_states=all_states, return_dict=True)
 
     def token_states(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
