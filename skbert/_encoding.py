@@ -14,6 +14,7 @@ from .truncation import split_chunks, truncate, truncate_pair
 
 __all__ = [
     "Encoded",
+    "distinct_rows",
     "encode_texts",
     "pad_batch",
     "row_blocks",
@@ -227,6 +228,37 @@ def row_blocks(lengths, block_tokens: int):
         for start in range(0, len(rows), per_block):
             real = rows[start : start + per_block]
             yield np.resize(real, per_block), len(real)
+
+
+def distinct_rows(rows):
+    """The distinct rows of ``rows`` (first occurrences, in order), and where each row is.
+
+    Prediction computes a row met several times (a repeated text, or texts that tokenize
+    alike) once: every row's output depends on the row alone (see :func:`row_blocks`), so its
+    copies get the same bits as if each were computed.
+
+    Parameters
+    ----------
+    rows : list of (input_ids, token_type_ids)
+        Model rows.
+
+    Returns
+    -------
+    distinct : list of (input_ids, token_type_ids)
+        Each distinct row once.
+    where : ndarray of int64
+        ``rows[i]`` is ``distinct[where[i]]``.
+    """
+    index = {}
+    where = np.empty(len(rows), dtype=np.int64)
+    distinct = []
+    for i, (ids, types) in enumerate(rows):
+        key = (tuple(ids), tuple(types))
+        j = index.setdefault(key, len(distinct))
+        if j == len(distinct):
+            distinct.append((ids, types))
+        where[i] = j
+    return distinct, where
 
 
 def stack_rows(rows):

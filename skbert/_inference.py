@@ -10,12 +10,13 @@ import collections
 import concurrent.futures
 import contextlib
 import copy
+import types
 
 import numpy as np
 import torch
 
-from ._encoding import Encoded, row_blocks, stack_rows
-from ._runtime import progress
+from ._encoding import Encoded, distinct_rows, row_blocks, stack_rows
+from ._runtime import progress, training_flops
 
 __all__ = [
     "BLOCK_TOKENS",
@@ -57,11 +58,12 @@ def low_precision_copy(network: torch.nn.Module, device: torch.device, dtype) ->
 
 
 #: Token positions per forward pass in prediction, by device type, for a model of
-#: all-MiniLM-L6-v2's size or larger. The CPU runs one block per core, each single-threaded:
+#: all-MiniLM-L6-v2's size or larger; on the CPU also the tile of the token-wise layers of
+#: :mod:`skbert._tiled_layers`. The CPU runs one group of blocks per core, single-threaded:
 #: 256 positions was the fastest block for all-MiniLM-L6-v2 on a 2-core AMD EPYC (4,400
-#: tokens/s, against 2,500 at 64 and 4,000 at 512), and still with the fused layers of
-#: :mod:`skbert._fused_layers` (96, 128, 192 and 384 were slower). Accelerators get large
-#: blocks (not yet measured: no GPU to measure on so far).
+#: tokens/s, against 2,500 at 64 and 4,000 at 512); with the tiled layers, tiles of 512 and
+#: 1,024 tokens were no faster, and 256 keeps one short text at the cost of one tile.
+#: Accelerators get large blocks (not yet measured: no GPU to measure on so far).
 BLOCK_TOKENS = {"cpu": 256}
 ACCELERATOR_BLOCK_TOKENS = 8192
 #: Matrix-product FLOPs per token of all-MiniLM-L6-v2 (6 layers, 384 wide, 1,536 inner). A
@@ -73,12 +75,8 @@ REFERENCE_FLOPS_PER_TOKEN = 2 * 6 * (4 * 384 * 384 + 2 * 384 * 1536)
 def flops_per_token(config) -> int:
     """Matrix-product FLOPs per token of a BERT-like encoder, from its config (the reference
     model's when the config does not say)."""
-    hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", None)
-    inner = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None)
-    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)
-    if not all(isinstance(v, int) and v > 0 for v in (hidden, inner, layers)):
-        return REFERENCE_FLOPS_PER_TOKEN
-    return 2 * layers * (4 * hidden * hidden + 2 * hidden * inner)
+    flops = training_flops(types.SimpleNamespace(config=config))
+    return REFERENCE_FLOPS_PER_TOKEN if flops is None else flops
 
 
 def block_tokens(device: torch.device, config=None) -> int:
@@ -107,10 +105,12 @@ def predict_rows(
     pooled and, for a :class:`~skbert._network.TaskNetwork`, the output layer applied, in
     blocks of fixed size too. Every row is thus computed with the same shapes whatever else is
     encoded with it: ``predict_rows(X)[i]`` equals ``predict_rows([X[i]])[0]`` bit for bit, so
-    cached and new vectors mix freely. On the CPU each core runs its own blocks with one thread
-    (faster than sharing every product among the cores, and it keeps the bits independent of
-    the number of cores); on an accelerator, the next blocks are prepared on the host while the
-    device works, and the outputs stay on the device until the end.
+    cached and new vectors mix freely, and a row met several times is computed once. On the
+    CPU each core runs its own groups of blocks with one thread (faster than sharing every
+    product among the cores, and it keeps the bits independent of the number of cores),
+    through :mod:`skbert._tiled_layers` where it applies; on an accelerator, the next blocks
+    are prepared on the host while the device works, and the outputs stay on the device until
+    the end.
 
     Parameters
     ----------
@@ -135,19 +135,24 @@ def predict_rows(
     """
     rows = [row for text_rows in encoded.rows for row in text_rows]
     owner = np.repeat(np.arange(len(encoded)), [len(r) for r in encoded.rows])
+    distinct, where = distinct_rows(rows)  # a row met twice is computed once
     if all_layers:
         encode, combine = network.all_layer_rows, network.combine_all_layers
     else:
         encode, combine = network.encode_rows, network.combine
     budget = block_tokens(device, getattr(network.backbone, "config", None))
-    blocks = list(row_blocks([len(ids) for ids, _ in rows], budget))
+    blocks = list(row_blocks([len(ids) for ids, _ in distinct], budget))
     chunked = len(rows) > len(encoded)
-    run = _run_on_cpu if device.type == "cpu" else _run_on_accelerator
     bar = progress(None, desc=desc, unit="block", verbose=verbose, total=len(blocks))
     bar = _NoBar() if bar is None else bar
     with _one_thread_per_block(device) as cores, contextlib.closing(bar):
-        out = run(encode, rows, blocks, bar, device, cores)
+        if device.type == "cpu":
+            out = _run_on_cpu(network, encode, distinct, blocks, bar, cores, budget, all_layers)
+        else:
+            out = _run_on_accelerator(encode, distinct, blocks, bar, device)
         with torch.inference_mode():
+            if len(distinct) < len(rows):
+                out = out[torch.from_numpy(where).to(out.device)]
             param = next(network.parameters())
             texts = combine(
                 out.to(dtype=param.dtype),
@@ -172,26 +177,65 @@ def _one_thread_per_block(device):
         torch.set_num_threads(threads)
 
 
-def _run_on_cpu(encode, rows, blocks, bar, device, cores) -> torch.Tensor:
-    """Row outputs in row order, one block per core at a time, each block single-threaded."""
-    workers = max(1, min(cores, len(blocks)))
+#: Tiles of the token-wise layers per work item of a CPU worker (see :func:`_block_groups`).
+GROUP_TILES = 32
 
-    def work(block):
+
+def _run_on_cpu(network, encode, rows, blocks, bar, cores, tile, all_layers) -> torch.Tensor:
+    """Row outputs in row order, one group of blocks per core at a time, each single-threaded.
+
+    A group's backbone states come from :meth:`SentenceEncoder.tiled_states` (the token-wise
+    layers over fixed tiles of all its blocks' tokens) where that path applies, else from the
+    backbone block by block.
+    """
+    workers = max(1, min(cores, len(blocks)))
+    lengths = [len(rows[positions[0]][0]) for positions, _ in blocks]
+    groups = _block_groups(blocks, lengths, workers, GROUP_TILES * tile)
+
+    def work(group):
         torch.set_num_threads(1)  # per thread for OpenMP and MKL; restored by the caller
-        positions, n_real = block
-        ids, types = stack_rows([rows[r] for r in positions])
+        stacked = []
+        for positions, n_real in group:
+            ids, types = stack_rows([rows[r] for r in positions])
+            stacked.append((torch.from_numpy(ids), torch.from_numpy(types), n_real))
         with torch.inference_mode():
-            vectors = encode(torch.from_numpy(ids), None, torch.from_numpy(types))
-            return vectors[:n_real].float()
+            states = network.tiled_states(stacked, tile, all_layers)
+            vectors = [
+                encode(ids, None, types, outputs=None if states is None else states[i])[:n_real]
+                for i, (ids, types, n_real) in enumerate(stacked)
+            ]
+            return torch.cat(vectors).float()
 
     out = None
-    with contextlib.closing(_in_order(work, blocks, workers, "skbert-encode")) as results:
-        for (positions, n_real), vectors in results:
+    with contextlib.closing(_in_order(work, groups, workers, "skbert-encode")) as results:
+        for group, vectors in results:
             if out is None:
                 out = torch.empty((len(rows), *vectors.shape[1:]), dtype=torch.float32)
-            out[torch.from_numpy(positions[:n_real])] = vectors
-            bar.update()
+            positions = np.concatenate([positions[:n_real] for positions, n_real in group])
+            out[torch.from_numpy(positions)] = vectors
+            bar.update(len(group))
     return out
+
+
+def _block_groups(blocks, lengths, workers: int, group_tokens: int) -> list:
+    """``blocks`` in consecutive groups of about equal real tokens, each at most about
+    ``group_tokens`` (but whole blocks), as many as a multiple of ``workers`` (so that the
+    cores finish together) unless there are fewer blocks. How blocks are grouped changes no
+    bits: every operation of the tiled forward sees a fixed shape."""
+    real = [n_real for _, n_real in blocks]
+    tokens = np.multiply(real, lengths)
+    total = int(tokens.sum())
+    n_groups = max(1, -(-total // group_tokens))
+    n_groups = min(len(blocks), -(-n_groups // workers) * workers)
+    if n_groups <= 1:
+        return [blocks] if blocks else []
+    bounds = np.concatenate([[0], np.cumsum(tokens)])  # token count before each block
+    edges = [0]
+    for k in range(1, n_groups):  # cut at the block boundary nearest to k / n_groups
+        cut = int(np.abs(bounds - total * k / n_groups).argmin())
+        edges.append(min(max(cut, edges[-1] + 1), len(blocks) - (n_groups - k)))
+    edges.append(len(blocks))
+    return [blocks[a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
 def _in_order(function, items, workers: int, name: str):
@@ -218,7 +262,7 @@ def _in_order(function, items, workers: int, name: str):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run_on_accelerator(encode, rows, blocks, bar, device, cores) -> torch.Tensor:
+def _run_on_accelerator(encode, rows, blocks, bar, device) -> torch.Tensor:
     """Row outputs in row order, kept on ``device``; the host prepares the next blocks (pinned
     memory, asynchronous copies) while the device computes, and nothing waits for the device
     until the outputs are read at the end."""

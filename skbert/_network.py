@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from ._fixed_blocks import in_fixed_blocks
-from ._fused_layers import fused_forward
 from ._readout import Readout
+from ._tiled_layers import tiled_forward
 from .pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling
 
 __all__ = [
@@ -60,21 +60,44 @@ class SentenceEncoder(nn.Module):
         # A batch without padding needs no mask; without one, attention takes its fast path.
         # Prediction passes None for its padding-free blocks (no device-to-host sync to check).
         full = attention_mask is None or (not self.training and bool(attention_mask.all()))
-        types = token_type_ids if self.uses_token_types else None
-        if attention_mask is None:  # prediction blocks: PyTorch's fused layers where they apply
-            fused = fused_forward(self.backbone, input_ids, types, all_states)
-            if fused is not None:
-                return fused
         kwargs = {"input_ids": input_ids, "attention_mask": None if full else attention_mask}
-        if types is not None:
-            kwargs["token_type_ids"] = types
+        if self.uses_token_types and token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
         return self.backbone(**kwargs, output_hidden_states=all_states, return_dict=True)
 
-    def token_states(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        """Token states of the chosen layers, combined: ``(batch, seq, token_dim)``."""
+    def _reads_last_layer_only(self) -> bool:
+        return self.readout.layers == (self.readout.n_hidden_states - 1,)
+
+    def tiled_states(self, blocks, tile: int, all_layers: bool = False):
+        """Backbone outputs of prediction blocks from :func:`~skbert._tiled_layers.tiled_forward`
+        (token-wise layers over fixed tiles of all blocks' tokens), or None where that path
+        does not apply; pass each block's output to :meth:`encode_rows` (``outputs=``).
+
+        Parameters
+        ----------
+        blocks : list of (input_ids, token_type_ids, n_real)
+            Padding-free blocks of :func:`~skbert._encoding.row_blocks`.
+        tile : int
+            Tokens per tile (a function of the device and model only).
+        all_layers : bool, default=False
+            Keep every hidden state, as :meth:`all_layer_rows` needs.
+        """
+        every = all_layers or not self._reads_last_layer_only()
+        if not self.uses_token_types:
+            blocks = [(ids, None, n_real) for ids, _, n_real in blocks]
+        return tiled_forward(self.backbone, blocks, every, tile)
+
+    def token_states(self, input_ids, attention_mask, token_type_ids=None, outputs=None):
+        """Token states of the chosen layers, combined: ``(batch, seq, token_dim)``.
+
+        ``outputs``: the backbone's outputs for these inputs when already computed
+        (:meth:`tiled_states`); else the backbone runs here.
+        """
         layers = self.readout.layers
-        last_only = layers == (self.readout.n_hidden_states - 1,)
-        out = self._backbone_outputs(input_ids, attention_mask, token_type_ids, not last_only)
+        last_only = self._reads_last_layer_only()
+        out = outputs
+        if out is None:
+            out = self._backbone_outputs(input_ids, attention_mask, token_type_ids, not last_only)
         if last_only:
             return out.last_hidden_state
         states = [out.hidden_states[i] for i in layers]
@@ -85,13 +108,18 @@ class SentenceEncoder(nn.Module):
         stacked = torch.stack(states, dim=0)
         return stacked.mean(dim=0) if self.readout.layer_combine == "mean" else stacked.amax(dim=0)
 
-    def all_layer_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+    def all_layer_rows(
+        self, input_ids, attention_mask, token_type_ids=None, outputs=None
+    ) -> torch.Tensor:
         """Every weight-free pooling of every hidden state, from one forward pass.
 
         Returns ``(n_rows, len(FROZEN_POOLINGS), n_hidden_states, hidden)``;
         :meth:`combine_all_layers` pools the chunks of a text. Feeds the frozen-feature cache.
+        ``outputs``: as in :meth:`token_states` (with every hidden state).
         """
-        out = self._backbone_outputs(input_ids, attention_mask, token_type_ids, True)
+        out = outputs
+        if out is None:
+            out = self._backbone_outputs(input_ids, attention_mask, token_type_ids, True)
         attention_mask = _mask_or_ones(attention_mask, input_ids)
         per_pooling = []
         for name in FROZEN_POOLINGS:
@@ -131,9 +159,12 @@ class SentenceEncoder(nn.Module):
         rows = self.encode_rows(input_ids, attention_mask, token_type_ids)
         return self.combine(rows, owner, n_texts)
 
-    def encode_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        """One pooled vector per row (chunk): ``(n_rows, output_dim)``."""
-        states = self.token_states(input_ids, attention_mask, token_type_ids)
+    def encode_rows(
+        self, input_ids, attention_mask, token_type_ids=None, outputs=None
+    ) -> torch.Tensor:
+        """One pooled vector per row (chunk): ``(n_rows, output_dim)``; ``outputs`` as in
+        :meth:`token_states`."""
+        states = self.token_states(input_ids, attention_mask, token_type_ids, outputs)
         return self.pooling(states, _mask_or_ones(attention_mask, input_ids))
 
     def combine(self, rows, owner=None, n_texts=None) -> torch.Tensor:
@@ -175,9 +206,15 @@ class TaskNetwork(nn.Module):
         rows = self.encode_rows(input_ids, attention_mask, token_type_ids)
         return self.combine(rows, owner, n_texts)
 
-    def encode_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+    def encode_rows(
+        self, input_ids, attention_mask, token_type_ids=None, outputs=None
+    ) -> torch.Tensor:
         """The encoder's vector per row (chunk), before chunk pooling and the output layer."""
-        return self.encoder.encode_rows(input_ids, attention_mask, token_type_ids)
+        return self.encoder.encode_rows(input_ids, attention_mask, token_type_ids, outputs)
+
+    def tiled_states(self, blocks, tile: int, all_layers: bool = False):
+        """The encoder's :meth:`SentenceEncoder.tiled_states`."""
+        return self.encoder.tiled_states(blocks, tile, all_layers)
 
     def combine(self, rows, owner=None, n_texts=None) -> torch.Tensor:
         """Logits from row vectors: chunks pooled, then dropout and the output layer."""

@@ -135,9 +135,9 @@ def test_accelerator_path_run_on_the_cpu_gives_the_same_rows(tiny_bert):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        on_cpu = _run_on_cpu(network.encode_rows, rows, blocks, _NoBar(), cpu, 2)
+        on_cpu = _run_on_cpu(network, network.encode_rows, rows, blocks, _NoBar(), 2, 32, False)
         with torch.inference_mode():
-            other = _run_on_accelerator(network.encode_rows, rows, blocks, _NoBar(), cpu, 2)
+            other = _run_on_accelerator(network.encode_rows, rows, blocks, _NoBar(), cpu)
     finally:
         torch.set_num_threads(threads)
     assert other.shape == on_cpu.shape == (len(rows), network.output_dim)

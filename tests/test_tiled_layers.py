@@ -1,0 +1,187 @@
+"""Prediction's tiled BERT layers (skbert._tiled_layers) agree with the transformers forward,
+give every row the same bits whatever blocks come with it, apply only where they know the
+structure, and follow the weights when they change; duplicate rows are computed once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel
+
+from skbert import BertSentenceTransformer
+from skbert._encoding import distinct_rows
+from skbert._inference import _block_groups
+from skbert._tiled_layers import _PLANS, tiled_forward
+
+
+def _load(path):
+    return AutoModel.from_pretrained(path).eval()
+
+
+def _probe(vocab, rows=3, length=7, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(5, vocab, (rows, length), generator=generator)
+
+
+def _blocks(vocab, shapes, seed=0):
+    """Blocks ``(ids, token types, n_real)`` of the given ``(rows, length, n_real)``, the rows
+    after ``n_real`` repeating the real ones in turn (as row_blocks makes them)."""
+    blocks = []
+    for k, (rows, length, n_real) in enumerate(shapes):
+        real = _probe(vocab, n_real, length, seed + k)
+        ids = real[torch.arange(rows) % n_real]
+        blocks.append((ids, torch.zeros_like(ids), n_real))
+    return blocks
+
+
+@pytest.mark.parametrize("name", ["tiny_bert", "packaged_model"])
+def test_tiled_states_match_transformers(request, name):
+    backbone = _load(request.getfixturevalue(name))
+    blocks = _blocks(backbone.config.vocab_size, [(4, 9, 4), (6, 5, 2), (3, 12, 1), (8, 3, 7)])
+    with torch.inference_mode():
+        tiled = tiled_forward(backbone, blocks, True, 16)
+        last_only = tiled_forward(backbone, blocks, False, 16)
+    assert tiled is not None, "the tiled path should apply to a BERT encoder"
+    for (ids, types, _), got, last in zip(blocks, tiled, last_only, strict=True):
+        with torch.inference_mode():
+            expected = backbone(input_ids=ids, token_type_ids=types, output_hidden_states=True)
+        assert len(got.hidden_states) == len(expected.hidden_states)
+        for want, state in zip(expected.hidden_states, got.hidden_states, strict=True):
+            assert state.shape == want.shape
+            torch.testing.assert_close(state, want, rtol=1e-4, atol=1e-4)
+        assert torch.equal(got.last_hidden_state, got.hidden_states[-1])
+        assert last.hidden_states is None
+        assert torch.equal(last.last_hidden_state, got.last_hidden_state)
+
+
+@pytest.mark.parametrize("tile", [8, 16, 40])
+def test_a_rows_bits_do_not_depend_on_the_other_blocks(tiny_bert, tile):
+    """The same block computed alone, with other blocks before or after it, or in another
+    order gives the same bits: only its own shape matters (tiles are fixed, attention runs per
+    block)."""
+    backbone = _load(tiny_bert)
+    vocab = backbone.config.vocab_size
+    target = _blocks(vocab, [(5, 7, 3)], seed=11)[0]
+    others = _blocks(vocab, [(4, 9, 4), (6, 5, 2), (2, 13, 2), (9, 4, 9)], seed=3)
+    with torch.inference_mode():
+        alone = tiled_forward(backbone, [target], True, tile)[0]
+        companies = [
+            tiled_forward(backbone, others[:2] + [target] + others[2:], True, tile)[2],
+            tiled_forward(backbone, [target] + others[::-1], True, tile)[0],
+            tiled_forward(backbone, others[3:] + [target], True, tile)[1],
+        ]
+    for got in companies:
+        for want, state in zip(alone.hidden_states, got.hidden_states, strict=True):
+            assert torch.equal(want, state)
+
+
+def test_not_taken_for_albert_training_or_gradients(tiny_albert, tiny_bert):
+    albert = _load(tiny_albert)
+    blocks = _blocks(albert.config.vocab_size, [(3, 7, 3)])
+    with torch.inference_mode():
+        assert tiled_forward(albert, blocks, False, 16) is None  # shared layers: not BERT's
+    bert = _load(tiny_bert)
+    with torch.no_grad():
+        assert tiled_forward(bert, blocks, False, 16) is not None
+    assert tiled_forward(bert, blocks, False, 16) is None  # gradients wanted
+    bert.train()
+    with torch.inference_mode():
+        assert tiled_forward(bert, blocks, False, 16) is None  # dropout active
+    bert.eval().to(torch.float64)
+    with torch.inference_mode():
+        assert tiled_forward(bert, blocks, False, 16) is None  # float32 only
+
+
+def test_not_taken_when_the_check_against_transformers_fails(tiny_bert):
+    backbone = _load(tiny_bert)
+    backbone.config.hidden_act = "gelu"
+    for layer in backbone.encoder.layer:  # same structure, other math: must be refused
+        layer.intermediate.intermediate_act_fn = torch.nn.ReLU()
+    blocks = _blocks(backbone.config.vocab_size, [(3, 7, 3)])
+    with torch.inference_mode():
+        assert tiled_forward(backbone, blocks, False, 16) is None
+
+
+def test_plan_follows_weight_changes(tiny_bert):
+    backbone = _load(tiny_bert)
+    blocks = _blocks(backbone.config.vocab_size, [(3, 7, 3)])
+    with torch.inference_mode():
+        before = tiled_forward(backbone, blocks, False, 16)[0].last_hidden_state.clone()
+    with torch.no_grad():  # what an optimizer step does: change a weight in place
+        backbone.encoder.layer[0].attention.self.key.weight.mul_(3.0)
+        backbone.encoder.layer[-1].output.dense.bias.add_(0.5)
+    with torch.inference_mode():
+        after = tiled_forward(backbone, blocks, False, 16)[0].last_hidden_state
+        expected = backbone(input_ids=blocks[0][0]).last_hidden_state
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, expected, rtol=1e-4, atol=1e-4)
+    assert backbone in _PLANS
+
+
+def test_weights_made_in_inference_mode_take_the_transformers_forward(tiny_bert):
+    config = _load(tiny_bert).config
+    with torch.inference_mode():  # such weights count no versions: changes would go unseen
+        backbone = AutoModel.from_config(config).eval()
+        blocks = _blocks(config.vocab_size, [(3, 7, 3)])
+        assert tiled_forward(backbone, blocks, False, 16) is None
+        assert backbone(input_ids=blocks[0][0]).last_hidden_state.shape == (3, 7, 16)
+
+
+def test_transform_vectors_match_the_transformers_forward(packaged_model):
+    """The tiled path changes speed, not results: vectors within float rounding of those of
+    the transformers forward (the tiled path turned off)."""
+    X = ["a man is playing a guitar .", "the cat sat on the mat", "short", "x " * 40]
+    est = BertSentenceTransformer(packaged_model, pooling="mean", device="cpu").fit(["a"])
+    tiled = est.transform(X)
+    backbone = est.network_.backbone
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("skbert._network.tiled_forward", lambda *args: None)
+        plain = est.transform(X)
+    assert backbone in _PLANS and _PLANS[backbone][1] is not None
+    np.testing.assert_allclose(tiled, plain, rtol=1e-4, atol=2e-6)
+
+
+def test_duplicate_rows_are_computed_once_with_the_same_bits(tiny_bert, monkeypatch):
+    rows = [([1, 5, 2], [0, 0, 0]), ([1, 6, 2], [0, 0, 0]), ([1, 5, 2], [0, 0, 0])]
+    rows.append(([1, 5, 2], [0, 1, 1]))  # same ids, other token types: another row
+    distinct, where = distinct_rows(rows)
+    assert distinct == [rows[0], rows[1], rows[3]]
+    assert where.tolist() == [0, 1, 0, 2]
+
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
+    X = ["a cat", "the dog runs", "a cat", "a  cat", "the dog runs", "one more"]
+    seen = []
+    encode = est.network_.encode_rows
+
+    def counting(input_ids, *args, **kwargs):
+        out = encode(input_ids, *args, **kwargs)
+        seen.append(int(input_ids.shape[0]))
+        return out
+
+    monkeypatch.setattr(est.network_, "encode_rows", counting)
+    together = est.transform(X)
+    blocks_rows = sum(seen)
+    assert np.array_equal(together[0], together[2]) and np.array_equal(together[0], together[3])
+    assert np.array_equal(together[1], together[4])
+    alone = np.vstack([est.transform([x]) for x in X])
+    assert np.array_equal(together, alone)  # the copies have the bits of a text on its own
+    seen.clear()
+    est.transform(["a cat", "the dog runs", "one more"])
+    assert blocks_rows == sum(seen)  # six texts cost what their three distinct rows cost
+
+
+def test_block_groups_are_whole_balanced_and_a_multiple_of_the_workers():
+    real = [8, 8, 8, 4, 4, 4, 2, 2, 2, 1]
+    lengths = [3, 4, 5, 9, 10, 11, 20, 21, 22, 60]
+    blocks = [(np.arange(n), n) for n in real]
+    tokens = {id(b): n * length for b, n, length in zip(blocks, real, lengths, strict=True)}
+    groups = _block_groups(blocks, lengths, 2, 100)  # 402 tokens: 5 groups of 100 -> 6
+    assert [b for g in groups for b in g] == blocks  # every block once, in order
+    assert len(groups) == 6
+    sizes = [sum(tokens[id(b)] for b in g) for g in groups]
+    assert max(sizes) <= 100 and min(sizes) >= 40, sizes  # about 402 / 6 each
+    assert _block_groups(blocks[:1], lengths[:1], 2, 100) == [blocks[:1]]
+    assert _block_groups([], [], 2, 100) == []
+    assert len(_block_groups(blocks, lengths, 2, 10**6)) == 2
+    assert len(_block_groups(blocks[:3], lengths[:3], 4, 10)) == 3  # fewer blocks than asked
