@@ -22,7 +22,7 @@ from ._encoding import encode_texts, pad_batch
 from ._inference import low_precision_copy, predict_rows
 from ._network import SentenceEncoder
 from ._readout import resolve_readout
-from ._runtime import report, resolve_device, resolve_precision
+from ._runtime import report, resolve_device, resolve_precision, training_flops
 from ._training import TrainingConfig
 from ._validation import check_output_dir
 from .pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
@@ -295,13 +295,14 @@ class BertEstimatorBase(BaseEstimator):
             "n_texts": len(indices),
         }
 
-    def _device_and_dtype(self, inference: bool = False):
+    def _device_and_dtype(self, inference: bool = False, trained=None):
         """The device to run on and the precision's autocast dtype there (None: float32).
 
         ``fit`` raises for a CUDA or MPS ``device`` that this machine lacks. Predictions
         (``inference=True``) of a fitted model run on the CPU instead, with the CPU's
         precision for ``precision="auto"``, and warn once per estimator (and device): a
-        model fitted on a GPU predicts anywhere without editing its parameters.
+        model fitted on a GPU predicts anywhere without editing its parameters. ``trained``:
+        the network about to be trained (``precision="auto"`` depends on its size on CUDA).
         """
         try:
             device = resolve_device(self.device)
@@ -317,7 +318,8 @@ class BertEstimatorBase(BaseEstimator):
                     stacklevel=5,  # the caller of transform, predict, ...
                 )
                 self._cpu_fallback_warned = self.device
-        return device, resolve_precision(self.precision, device)
+        flops = None if trained is None else training_flops(trained)
+        return device, resolve_precision(self.precision, device, training_flops=flops)
 
     def _loaded_network(self):
         """``network_``; an estimator whose ``fit`` may defer loading the encoder

@@ -9,9 +9,11 @@ and the caller's RNG is untouched.
 
 A non-finite loss, gradient norm, weight or validation score stops training with
 :class:`~skbert.exceptions.TrainingDivergedError` at the step where it appears, so no model with
-NaN weights is ever returned. With a :class:`~skbert._checkpoint.TrainingCheckpoint` the whole
-training state is written at intervals, and a later call continues from it to the same result
-as an uninterrupted run.
+NaN weights is ever returned. Where the device has fused AdamW (CUDA), that optimizer is used
+and the checks stay on the device, read back every few steps (:mod:`skbert._deferred_checks`),
+so the host never waits for the device in a step. With a
+:class:`~skbert._checkpoint.TrainingCheckpoint` the whole training state is written at
+intervals, and a later call continues from it to the same result as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 import torch
 
 from ._checkpoint import decode_numpy_state, encode_numpy_state
+from ._deferred_checks import READ_EVERY, DeferredChecks
 from ._runtime import autocast, progress, report
 from .exceptions import TrainingDivergedError
 from .optim import layerwise_param_groups
@@ -144,6 +147,7 @@ class _Optimisation:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     scaler: object  # a torch GradScaler
+    deferred: bool = False  # checks on the device (fused AdamW skips bad steps there)
 
 
 @dataclass
@@ -271,13 +275,25 @@ def _optimisation(network, config: TrainingConfig, total_steps: int) -> _Optimis
         weight_decay=config.weight_decay,
         train_backbone=config.train_backbone,
     )
-    optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
+    fused = config.device.type in FUSED_ADAMW_DEVICES
+    optimizer = torch.optim.AdamW(
+        groups, lr=config.learning_rate, **({"fused": True} if fused else {})
+    )
+    scaler = loss_scaler(config.device, config.dtype)
     return _Optimisation(
         params=[p for g in groups for p in g["params"]],
         optimizer=optimizer,
         scheduler=linear_schedule(optimizer, total_steps, config.warmup_fraction),
-        scaler=loss_scaler(config.device, config.dtype),
+        scaler=scaler,
+        deferred=fused and not scaler.is_enabled(),
     )
+
+
+#: Device types where training uses fused AdamW (one kernel for all parameters, and a step
+#: that can be skipped on the device, which lets the loop check each step without waiting for
+#: the device). CUDA only: the CPU's fused AdamW (torch >= 2.4) would change the bits of CPU
+#: training, whose foreach AdamW never waits anyway.
+FUSED_ADAMW_DEVICES = ("cuda",)
 
 
 def loss_scaler(device: torch.device, dtype):
@@ -305,19 +321,55 @@ def _run_epoch(network, loss_fn, batches, opt, config, plan, state, checkpoint, 
         unit="batch",
         verbose=config.verbose,
     )
+    checks = DeferredChecks(config.device, state.step) if opt.deferred else None
     for batch in bar:
-        where = plan.where(state.step + 1, state.epoch)
-        value = _train_step(network, loss_fn, batch, opt, config, plan.desc, where)
+        if checks is None:
+            where = plan.where(state.step + 1, state.epoch)
+            value = _train_step(network, loss_fn, batch, opt, config, plan.desc, where)
+            state.loss_sum += value
+            state.loss_count += 1
+        else:
+            _deferred_step(network, loss_fn, batch, opt, config, checks)
         state.step += 1
         state.position += 1
-        state.loss_sum += value
-        state.loss_count += 1
-        if config.verbose:
-            bar.set_postfix(loss=f"{state.loss_sum / state.loss_count:.4f}")
+        due = checkpoint is not None and checkpoint.due(state.step)
+        if checks is not None and (due or checks.pending >= READ_EVERY):
+            _read_checks(checks, config, plan, state)
+        if config.verbose and state.loss_count:
+            bar.set_postfix(loss=f"{state.loss_sum / state.loss_count:.4f}", refresh=False)
         # the epoch's end writes its own checkpoint, after validation
-        if checkpoint is not None and checkpoint.due(state.step) and state.position < len(batches):
+        if due and state.position < len(batches):
             _check_weights(network, opt.params, config, plan, state)
             checkpoint.save(_snapshot(network, opt, state, config.device), identity)
+    if checks is not None and checks.pending:
+        _read_checks(checks, config, plan, state)
+
+
+def _deferred_step(network, loss_fn, batch, opt: _Optimisation, config, checks) -> None:
+    """:func:`_train_step` without waiting for the device: the loss and gradient norm are
+    recorded in ``checks``, and fused AdamW skips the update on the device when either (or
+    an earlier step's) is not finite."""
+    with autocast(config.device, config.dtype):
+        loss = loss_fn(network, batch)
+    opt.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(opt.params, config.max_grad_norm)
+    opt.optimizer.found_inf = checks.record(loss, norm)
+    try:
+        opt.optimizer.step()
+    finally:
+        del opt.optimizer.found_inf
+    opt.scheduler.step()
+
+
+def _read_checks(checks, config, plan, state: _Progress) -> None:
+    """Add the recorded steps' loss to the epoch's; raise at the first non-finite step."""
+    loss_sum, n_steps, failure = checks.read()
+    if failure is not None:
+        step, what = failure
+        raise _diverged(plan.desc, plan.where(step, state.epoch), what, config)
+    state.loss_sum += loss_sum
+    state.loss_count += n_steps
 
 
 def _train_step(network, loss_fn, batch, opt: _Optimisation, config, desc, where) -> float:

@@ -159,7 +159,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
         Numeric precision. Training runs under autocast; prediction runs a copy of the
         network cast to bf16 or fp16 (kept until the next ``fit``). ``"auto"`` is bf16 (or
-        fp16) on CUDA and fp32 elsewhere. Probabilities are always computed in float64.
+        fp16) on CUDA, except for training a model smaller than BERT-base there (fp32, faster
+        for such models), and fp32 elsewhere. Probabilities are always computed in float64.
     verbose : int, default=0
         If > 0, show progress bars (training loss per batch, prediction batches), the
         validation score per epoch and how many texts were truncated; all on stderr.
@@ -348,10 +349,10 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
 
     def _within_task_pretrain(self, encoder, first, second, seed):
         """Masked-LM training of ``encoder``'s backbone on the fit texts (``mlm_steps``)."""
-        device, dtype = self._device_and_dtype()
         with torch.random.fork_rng(devices=[]):  # a new MLM head's init draws from its own seed
             torch.manual_seed(seed)
             tokenizer, mlm = load_masked_lm(self.model)
+        device, dtype = self._device_and_dtype(trained=mlm)
         texts = list(first) + (list(second) if second is not None else [])
         features = masked_lm_windows(tokenizer, texts, self.max_length_)
         config = self._training_config(
@@ -444,7 +445,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
                 stratify=None if multilabel else targets,
                 random_state=seed,
             )
-        device, dtype = self._device_and_dtype()
+        device, dtype = self._device_and_dtype(trained=network)
         encoded = self._encode(first, second)
         lengths = [sum(len(r[0]) for r in rows) for rows in encoded.rows]
         target_tensor = torch.as_tensor(targets)

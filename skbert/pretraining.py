@@ -37,7 +37,7 @@ from ._backbone import (
     quiet_loading,
 )
 from ._network import MaskedLMNetwork
-from ._runtime import report, resolve_device, resolve_precision
+from ._runtime import report, resolve_device, resolve_precision, training_flops
 from ._training import TrainingConfig, length_grouped_batches, train
 from ._validation import check_output_dir, check_texts
 
@@ -423,8 +423,8 @@ def further_pretrain(
     device : str, default="auto"
         ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
     precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
-        Autocast precision of the training forward pass (``"auto"``: bf16/fp16 on CUDA,
-        fp32 elsewhere).
+        Autocast precision of the training forward pass (``"auto"``: bf16/fp16 on CUDA for
+        models at least as large as BERT-base, fp32 for smaller ones and elsewhere).
     verbose : int, default=1
         If > 0, show a progress bar with the running loss, and report the loss per epoch (on
         stderr).
@@ -458,10 +458,11 @@ def further_pretrain(
     texts = first + (second or [])
     seed = int(check_random_state(random_state).randint(2**31 - 1))
     device = resolve_device(device)
-    dtype = resolve_precision(precision, device)
+    resolve_precision(precision, device)  # a bad value fails before the model loads
     with torch.random.fork_rng(devices=[]):  # a new masked-LM head's init: seeded too
         torch.manual_seed(seed)
         tokenizer, mlm = load_masked_lm(model)
+    dtype = resolve_precision(precision, device, training_flops=training_flops(mlm))
     limit = getattr(mlm.config, "max_position_embeddings", max_length)
     features = masked_lm_windows(tokenizer, texts, min(max_length, limit), whole_word_mask)
     config = TrainingConfig(

@@ -147,7 +147,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
         Numeric precision. Inference runs a copy of the network cast to bf16 or fp16 (kept
         until the next ``fit``); training runs under autocast. ``"auto"`` is bf16 (or fp16)
-        on CUDA and fp32 elsewhere; ``"bf16"`` is much faster on CPUs with bf16 instructions
+        on CUDA, except for training a model smaller than BERT-base there (fp32, faster for
+        such models), and fp32 elsewhere; ``"bf16"`` is much faster on CPUs with bf16 instructions
         (AVX512-BF16, AMX). The output is always float32.
     memory : None, str, path-like or joblib.Memory, default=None
         Frozen-feature cache (``fine_tune="none"`` only; ignored when training), like
@@ -506,7 +507,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                 f"with pooling={self.pooling!r} and objective={objective!r} there are none. "
                 "Use fine_tune='full', or pooling='cnn' (or chunk_pooling='attention')."
             )
-        device, dtype = self._device_and_dtype()
+        device, dtype = self._device_and_dtype(trained=network)
         enc_a = self._encode(first)
         enc_b = self._encode(second) if second is not None else None
         lengths = [len(rows[0][0]) for rows in enc_a.rows]
