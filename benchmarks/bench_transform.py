@@ -128,14 +128,15 @@ def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> d
     """Token positions the forward passes see, under ST's and skbert's batching.
 
     ST sorts texts by character length and pads each batch of ``batch_size`` texts to its
-    longest member; skbert encodes blocks of rows of equal token count, a fixed number per
-    length on the CPU, the last block of each length filled with repeats (its own
-    ``row_blocks``): no padding, but some repeated rows.
+    longest member. skbert computes each distinct row once (``distinct_rows``); in float32
+    the token-wise layers see just those rows' tokens (in fixed tiles, the last one of each
+    worker's group filled up), and attention sees blocks of rows of equal token count, a fixed
+    number per length, the last block of each length filled with repeats (``row_blocks``).
     """
     import torch
 
     from skbert import BertSentenceTransformer
-    from skbert._encoding import row_blocks
+    from skbert._encoding import distinct_rows, row_blocks
     from skbert._inference import block_tokens
 
     est = BertSentenceTransformer(path, batch_size=batch_size, device="cpu").fit(sentences[:1])
@@ -146,10 +147,18 @@ def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> d
         int(lengths[by_chars[i : i + batch_size]].max()) * len(by_chars[i : i + batch_size])
         for i in range(0, len(by_chars), batch_size)
     )
+    distinct, _ = distinct_rows([rows[0] for rows in encoded.rows])
+    unique_lengths = np.array([len(ids) for ids, _ in distinct])
     config = est._inference_network(torch.device("cpu"), None).backbone.config
-    blocks = row_blocks(lengths, block_tokens(torch.device("cpu"), config))
-    ours = sum(int(lengths[positions[0]]) * len(positions) for positions, _ in blocks)
-    return {"tokens": int(lengths.sum()), "ST": st_positions, "skbert": ours}
+    blocks = row_blocks(unique_lengths, block_tokens(torch.device("cpu"), config))
+    ours = sum(int(unique_lengths[positions[0]]) * len(positions) for positions, _ in blocks)
+    return {
+        "tokens": int(lengths.sum()),
+        "ST": st_positions,
+        "distinct rows": len(distinct),
+        "distinct tokens": int(unique_lengths.sum()),
+        "skbert blocks": ours,
+    }
 
 
 def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -187,7 +196,9 @@ def run_speed(args) -> None:
     work = padded_positions(path, sentences)
     print(
         f"tokens: {work['tokens']}; positions after padding: ST {work['ST']} (sorted by "
-        f"characters), skbert {work['skbert']} (sorted by tokens)"
+        f"characters); skbert: {work['distinct rows']} distinct rows of "
+        f"{work['distinct tokens']} tokens in the fp32 token-wise layers (fixed tiles), "
+        f"{work['skbert blocks']} positions in its fixed-shape blocks (attention; bf16: all)"
     )
     print(f"load average at start: {load_average()}")
     print()

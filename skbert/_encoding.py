@@ -149,28 +149,45 @@ def _collection_paused():
 
 
 def _encode(tokenizer, specials, first, second, readout) -> Encoded:
+    """Encode each distinct text (or pair) once; copies share its rows (the same objects, so
+    that :func:`distinct_rows` sees them as one)."""
+    keys = first if second is None else list(zip(first, second, strict=True))
+    index = {}
+    where = [index.setdefault(key, len(index)) for key in keys]
+    if len(index) == len(keys):
+        rows, truncated = _encode_each(tokenizer, specials, first, second, readout)
+        return Encoded(rows, sum(truncated))
+    distinct = list(index)
+    if second is None:
+        rows, truncated = _encode_each(tokenizer, specials, distinct, None, readout)
+    else:
+        pairs = ([a for a, _ in distinct], [b for _, b in distinct])
+        rows, truncated = _encode_each(tokenizer, specials, *pairs, readout)
+    return Encoded([rows[j] for j in where], sum(truncated[j] for j in where))
+
+
+def _encode_each(tokenizer, specials, first, second, readout):
+    """Rows of every text (or pair), and whether each was longer than ``max_length``."""
     max_length, strategy = readout.max_length, readout.truncation
     ids_first = _tokenize(tokenizer, first)
-    rows, n_truncated = [], 0
+    rows, truncated = [], []
     if second is None:
         budget = max_length - specials.n_single
         for ids in ids_first:
-            if len(ids) > budget:
-                n_truncated += 1
+            truncated.append(len(ids) > budget)
             if readout.chunked:
                 windows = split_chunks(ids, budget, readout.max_chunks)
                 rows.append([specials.build(window) for window in windows])
             else:
                 kept = truncate(ids, budget, strategy, readout.head_length)
                 rows.append([specials.build(kept)])
-        return Encoded(rows, n_truncated)
+        return rows, truncated
     ids_second = _tokenize(tokenizer, second)
     budget = max_length - specials.n_pair
     for a, b in zip(ids_first, ids_second, strict=True):
-        if len(a) + len(b) > budget:
-            n_truncated += 1
+        truncated.append(len(a) + len(b) > budget)
         rows.append([specials.build(*truncate_pair(a, b, budget, strategy, readout.head_length))])
-    return Encoded(rows, n_truncated)
+    return rows, truncated
 
 
 def pad_batch(encoded: Encoded, indices, pad_id: int):
@@ -233,9 +250,10 @@ def row_blocks(lengths, block_tokens: int):
 def distinct_rows(rows):
     """The distinct rows of ``rows`` (first occurrences, in order), and where each row is.
 
-    Prediction computes a row met several times (a repeated text, or texts that tokenize
-    alike) once: every row's output depends on the row alone (see :func:`row_blocks`), so its
-    copies get the same bits as if each were computed.
+    Prediction computes a row met several times once: :func:`encode_texts` encodes a text
+    met several times once, and its copies share its row objects, which are told apart here
+    by identity (no hashing of token ids). Every row's output depends on the row alone (see
+    :func:`row_blocks`), so the copies get the same bits as if each were computed.
 
     Parameters
     ----------
@@ -250,15 +268,14 @@ def distinct_rows(rows):
         ``rows[i]`` is ``distinct[where[i]]``.
     """
     index = {}
-    where = np.empty(len(rows), dtype=np.int64)
-    distinct = []
-    for i, (ids, types) in enumerate(rows):
-        key = (tuple(ids), tuple(types))
-        j = index.setdefault(key, len(distinct))
-        if j == len(distinct):
-            distinct.append((ids, types))
-        where[i] = j
-    return distinct, where
+    where = np.fromiter(
+        (index.setdefault(id(row), len(index)) for row in rows), dtype=np.int64, count=len(rows)
+    )
+    if len(index) == len(rows):
+        return rows, where
+    first = np.full(len(index), -1, dtype=np.int64)
+    first[where[::-1]] = np.arange(len(rows))[::-1]  # the first position of each
+    return [rows[i] for i in first], where
 
 
 def stack_rows(rows):

@@ -142,15 +142,22 @@ def test_transform_vectors_match_the_transformers_forward(packaged_model):
     np.testing.assert_allclose(tiled, plain, rtol=1e-4, atol=2e-6)
 
 
-def test_duplicate_rows_are_computed_once_with_the_same_bits(tiny_bert, monkeypatch):
-    rows = [([1, 5, 2], [0, 0, 0]), ([1, 6, 2], [0, 0, 0]), ([1, 5, 2], [0, 0, 0])]
-    rows.append(([1, 5, 2], [0, 1, 1]))  # same ids, other token types: another row
+def test_distinct_rows_tells_shared_rows_apart_by_identity():
+    shared = ([1, 5, 2], [0, 0, 0])
+    rows = [shared, ([1, 6, 2], [0, 0, 0]), shared, ([1, 5, 2], [0, 0, 0])]
     distinct, where = distinct_rows(rows)
-    assert distinct == [rows[0], rows[1], rows[3]]
+    assert [id(r) for r in distinct] == [id(rows[0]), id(rows[1]), id(rows[3])]
     assert where.tolist() == [0, 1, 0, 2]
+    alone, where = distinct_rows(rows[:2])
+    assert alone == rows[:2] and where.tolist() == [0, 1]
 
+
+def test_repeated_texts_are_encoded_and_computed_once_with_the_same_bits(tiny_bert, monkeypatch):
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
     X = ["a cat", "the dog runs", "a cat", "a  cat", "the dog runs", "one more"]
+    encoded = est._encode(X)
+    assert encoded.rows[0] is encoded.rows[2] and encoded.rows[1] is encoded.rows[4]
+    assert encoded.rows[3] is not encoded.rows[0]  # another text, even if it tokenizes alike
     seen = []
     encode = est.network_.encode_rows
 
@@ -161,14 +168,29 @@ def test_duplicate_rows_are_computed_once_with_the_same_bits(tiny_bert, monkeypa
 
     monkeypatch.setattr(est.network_, "encode_rows", counting)
     together = est.transform(X)
-    blocks_rows = sum(seen)
+    rows_computed = sum(seen)
     assert np.array_equal(together[0], together[2]) and np.array_equal(together[0], together[3])
     assert np.array_equal(together[1], together[4])
     alone = np.vstack([est.transform([x]) for x in X])
     assert np.array_equal(together, alone)  # the copies have the bits of a text on its own
     seen.clear()
-    est.transform(["a cat", "the dog runs", "one more"])
-    assert blocks_rows == sum(seen)  # six texts cost what their three distinct rows cost
+    est.transform(["a cat", "the dog runs", "a  cat", "one more"])
+    assert rows_computed == sum(seen)  # six texts cost what their four distinct ones cost
+
+
+def test_repeated_texts_and_pairs_count_in_the_truncation_report(tiny_bert):
+    from skbert._encoding import encode_texts
+
+    est = BertSentenceTransformer(tiny_bert, device="cpu", max_length=8).fit(["a"])
+    long, short = "one two three four five six seven", "a cat"
+    args = (est.tokenizer_, est.special_tokens_)
+    single = encode_texts(*args, [long, short, long, long], readout=est.readout_)
+    assert single.n_truncated == 3 and len(single) == 4
+    pairs = encode_texts(*args, [long, short, long], [short, short, short], readout=est.readout_)
+    assert pairs.n_truncated == 2 and pairs.rows[0] is pairs.rows[2]
+    assert pairs.rows[1] is not pairs.rows[0]
+    other = encode_texts(*args, [long, long], [short, long], readout=est.readout_)
+    assert other.rows[0] is not other.rows[1]  # same first sentence, another pair
 
 
 def test_block_groups_are_whole_balanced_and_a_multiple_of_the_workers():
