@@ -129,9 +129,10 @@ def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> d
 
     ST sorts texts by character length and pads each batch of ``batch_size`` texts to its
     longest member. skbert computes each distinct row once (``distinct_rows``); in float32
-    the token-wise layers see just those rows' tokens (in fixed tiles, the last one of each
-    worker's group filled up), and attention sees blocks of rows of equal token count, a fixed
-    number per length, the last block of each length filled with repeats (``row_blocks``).
+    and bfloat16 the token-wise layers see just those rows' tokens (in fixed tiles, the last
+    one of each worker's group filled up), and attention sees blocks of rows of equal token
+    count, a fixed number per length, the last block of each length filled with repeats
+    (``row_blocks``).
     """
     import torch
 
@@ -184,6 +185,8 @@ def verdict(ok: bool) -> str:
 def run_speed(args) -> None:
     import torch
 
+    from skbert._cpu_products import products_for_this_cpu
+
     quiet_transformers()
     sentences = load_sentences(args.data_home)
     path = model_path()
@@ -197,8 +200,10 @@ def run_speed(args) -> None:
     print(
         f"tokens: {work['tokens']}; positions after padding: ST {work['ST']} (sorted by "
         f"characters); skbert: {work['distinct rows']} distinct rows of "
-        f"{work['distinct tokens']} tokens in the fp32 token-wise layers (fixed tiles), "
-        f"{work['skbert blocks']} positions in its fixed-shape blocks (attention; bf16: all)"
+        f"{work['distinct tokens']} tokens in the token-wise layers (fixed tiles), "
+        f"{work['skbert blocks']} positions in its fixed-shape blocks (attention); matrix "
+        f"products: {products_for_this_cpu().name} (torch CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()})"
     )
     print(f"load average at start: {load_average()}")
     print()

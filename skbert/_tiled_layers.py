@@ -14,8 +14,11 @@ inference kernel for transformer layers on the same blocks.
 
 The path is only taken for a backbone whose structure it knows (a post-norm BERT encoder with
 exact GELU: BERT, RoBERTa, MiniLM, ...), whose output it has checked against the
-transformers forward on a probe input (within float tolerance), on the CPU, in float32, and
-never while training: anything else runs the transformers forward block by block.
+transformers forward on a probe input (within the tolerance of its precision), on the CPU, in
+float32 or bfloat16 (the copy of the network that ``precision="bf16"`` predicts with), and
+never while training: anything else runs the transformers forward block by block. The matrix
+products run through :mod:`skbert._cpu_products` (oneDNN with prepacked weights on AVX-512
+CPUs, torch's BLAS elsewhere).
 """
 
 from __future__ import annotations
@@ -28,10 +31,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ._cpu_products import products_for_this_cpu
+
 __all__ = ["tiled_forward"]
 
-#: Tolerance of the check against the transformers forward, relative to the states' scale.
-_CHECK_TOLERANCE = 1e-4
+#: Tolerance of the check against the transformers forward, relative to the states' scale, by
+#: the weights' dtype: bfloat16 keeps 8 bits of mantissa (all-MiniLM-L6-v2 in bfloat16 is off
+#: by up to 0.7% of the scale), while a structural mismatch, such as a wrong activation or
+#: layout, is off by about the scale itself.
+_CHECK_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
 
 def tiled_forward(backbone, blocks, all_states: bool, tile: int):
@@ -76,8 +84,10 @@ class _Plan:
     def __init__(self, backbone):
         config = backbone.config
         self.hidden = config.hidden_size
+        self.dtype = next(backbone.parameters()).dtype
         self.heads = config.num_attention_heads
-        self.layers = [_LayerWeights(layer) for layer in backbone.encoder.layer]
+        self.products = products_for_this_cpu()
+        self.layers = [_LayerWeights(layer, self.products) for layer in backbone.encoder.layer]
 
     def run(self, backbone, blocks, all_states, tile):
         spans, start = [], 0  # per block: (first token, real rows, length, rows)
@@ -86,7 +96,7 @@ class _Plan:
             spans.append((start, n_real, length, rows))
             start += n_real * length
         total = -(-start // tile) * tile
-        states = torch.empty((total, self.hidden), dtype=torch.float32)
+        states = torch.empty((total, self.hidden), dtype=self.dtype)
         states[start:] = 0.0  # the filling of the last tile
         for (begin, n_real, length, _), (ids, token_types, _) in zip(spans, blocks, strict=True):
             kwargs = {"input_ids": ids}
@@ -94,14 +104,17 @@ class _Plan:
                 kwargs["token_type_ids"] = token_types
             embedded = backbone.embeddings(**kwargs)[:n_real]
             states[begin : begin + n_real * length] = embedded.reshape(-1, self.hidden)
-        tiles = list(states.split(tile))
+        inner = max(layer.inner_size for layer in self.layers)
+        work = _Buffers(total, self.hidden, start, tile, inner, self.dtype)
         every = [states] if all_states else None
-        work = _Buffers(total, self.hidden, start)
+        spare = None if all_states else torch.empty_like(states)
         for layer in self.layers:
-            tiles = layer.run(tiles, spans, self.heads, work)
+            target = torch.empty_like(states) if all_states else spare
+            layer.run(states, target, tile, spans, self.heads, work)
+            states, spare = target, states
             if every is not None:
-                every.append(torch.cat(tiles))
-        last = every[-1] if every is not None else torch.cat(tiles)
+                every.append(states)
+        last = states
         outputs = []
         for span in spans:
             block_last = _block_states(last, span)
@@ -115,13 +128,21 @@ class _Plan:
 
 
 class _Buffers:
-    """Scratch memory of one tiled forward, reused by every layer: the query/key/value
-    projections and the attention output of all tokens (the filling rows set to zero)."""
+    """Scratch memory of one tiled forward, reused by every layer and tile (fresh memory
+    for every product would cost page faults on every tile): the query/key/value projections
+    and the attention output of all tokens (the filling rows set to zero), and one tile's
+    intermediate states."""
 
-    def __init__(self, total, hidden, real):
-        self.qkv = torch.empty((total, 3 * hidden), dtype=torch.float32)
-        self.context = torch.empty((total, hidden), dtype=torch.float32)
+    def __init__(self, total, hidden, real, tile, inner, dtype):
+        self.qkv = torch.empty((total, 3 * hidden), dtype=dtype)
+        self.context = torch.empty((total, hidden), dtype=dtype)
         self.context[real:] = 0.0
+        self.attended = torch.empty((tile, hidden), dtype=dtype)
+        self.normed = torch.empty((tile, hidden), dtype=dtype)
+        self.inner = torch.empty((tile, inner), dtype=dtype)
+        self.result = torch.empty((tile, hidden), dtype=dtype)
+        self.mean = torch.empty((tile, 1), dtype=dtype)
+        self.rstd = torch.empty((tile, 1), dtype=dtype)
 
 
 def _block_states(states, span):
@@ -132,31 +153,53 @@ def _block_states(states, span):
 
 
 class _LayerWeights:
-    """One BERT layer (post-norm, exact GELU) as the tiled forward runs it."""
+    """One BERT layer (post-norm, exact GELU) as the tiled forward runs it, its products done
+    by ``products`` (:mod:`skbert._cpu_products`) on weights packed for the tile size."""
 
-    def __init__(self, layer):
+    def __init__(self, layer, products):
         attention = layer.attention
         projections = (attention.self.query, attention.self.key, attention.self.value)
-        self.qkv_weight = torch.cat([p.weight for p in projections]).t()
-        self.qkv_bias = torch.cat([p.bias for p in projections])
-        self.out_weight = attention.output.dense.weight.t()
-        self.out_bias = attention.output.dense.bias
-        self.inner_weight = layer.intermediate.dense.weight.t()
-        self.inner_bias = layer.intermediate.dense.bias
-        self.output_weight = layer.output.dense.weight.t()
-        self.output_bias = layer.output.dense.bias
+        self.products = products
+        self.weights = (  # as nn.Linear holds them: (out, in)
+            torch.cat([p.weight for p in projections]),
+            attention.output.dense.weight,
+            layer.intermediate.dense.weight,
+            layer.output.dense.weight,
+        )
+        self.biases = (
+            torch.cat([p.bias for p in projections]),
+            attention.output.dense.bias,
+            layer.intermediate.dense.bias,
+            layer.output.dense.bias,
+        )
+        self.inner_size = self.weights[2].shape[0]
         first, second = attention.output.LayerNorm, layer.output.LayerNorm
         self.norms = ((first.weight, first.bias), (second.weight, second.bias))
         self.eps = first.eps
+        self._packed = {}  # tile -> the weights packed for it (the latest tile size only)
+        self._lock = threading.Lock()
 
-    def run(self, tiles, spans, heads, work):
-        """The layer's output states, tile by tile, from its input ``tiles`` (all of one
-        size; together the tokens of ``spans``, then the filling)."""
-        hidden = tiles[0].shape[1]
-        size = tiles[0].shape[0]
+    def packed(self, tile: int) -> tuple:
+        """The four weights laid out for products on ``tile`` tokens (kept for the next call
+        with the same tile size)."""
+        with self._lock:
+            packed = self._packed.get(tile)
+            if packed is None:
+                packed = tuple(self.products.pack(w, tile) for w in self.weights)
+                self._packed = {tile: packed}
+            return packed
+
+    def run(self, states, target, tile, spans, heads, work):
+        """Write the layer's output states for the input ``states`` into ``target`` (both of
+        shape ``(tokens, hidden)``: the tokens of ``spans``, then the filling), tile by tile."""
+        hidden = states.shape[1]
+        products = self.products
+        qkv_weight, out_weight, inner_weight, output_weight = self.packed(tile)
+        qkv_bias, out_bias, inner_bias, output_bias = self.biases
         qkv, context = work.qkv, work.context
-        for k, states in enumerate(tiles):
-            torch.addmm(self.qkv_bias, states, self.qkv_weight, out=qkv[k * size : (k + 1) * size])
+        for begin in range(0, len(states), tile):
+            end = begin + tile
+            products.linear(states[begin:end], qkv_weight, qkv_bias, qkv[begin:end])
         for begin, n_real, length, rows in spans:
             end = begin + n_real * length
             part = qkv[begin:end].view(n_real, length, 3, heads, hidden // heads)
@@ -164,26 +207,30 @@ class _LayerWeights:
                 part = part[torch.arange(rows) % n_real]
             query, key, value = part.permute(2, 0, 3, 1, 4).unbind(0)
             attended = F.scaled_dot_product_attention(query, key, value)
-            target = context[begin:end].view(n_real, length, heads, hidden // heads)
-            target.copy_(attended[:n_real].transpose(1, 2))
+            out = context[begin:end].view(n_real, length, heads, hidden // heads)
+            out.copy_(attended[:n_real].transpose(1, 2))
         (norm1_weight, norm1_bias), (norm2_weight, norm2_bias) = self.norms
-        out = []
-        for k, states in enumerate(tiles):
-            attended = torch.addmm(
-                self.out_bias, context[k * size : (k + 1) * size], self.out_weight
+        shape, eps = (hidden,), self.eps
+        normed = work.normed
+        stats = {"out1": work.mean, "out2": work.rstd}
+        for begin in range(0, len(states), tile):
+            end = begin + tile
+            attended = products.linear_add(
+                context[begin:end], states[begin:end], out_weight, out_bias, work.attended
             )
-            attended += states
-            attended = F.layer_norm(attended, (hidden,), norm1_weight, norm1_bias, self.eps)
-            inner = F.gelu(torch.addmm(self.inner_bias, attended, self.inner_weight))
-            result = torch.addmm(self.output_bias, inner, self.output_weight)
-            result += attended
-            out.append(F.layer_norm(result, (hidden,), norm2_weight, norm2_bias, self.eps))
-        return out
+            _layer_norm(attended, shape, norm1_weight, norm1_bias, eps, out0=normed, **stats)
+            inner = products.linear_gelu(normed, inner_weight, inner_bias, work.inner)
+            result = products.linear_add(inner, normed, output_weight, output_bias, work.result)
+            output = target[begin:end]
+            _layer_norm(result, shape, norm2_weight, norm2_bias, eps, out0=output, **stats)
+
+
+_layer_norm = torch.ops.aten.native_layer_norm.out  # F.layer_norm into given memory, same bits
 
 
 def _eligible(backbone) -> bool:
     """Whether ``backbone`` has the structure of a post-norm BERT encoder with exact GELU,
-    absolute positions, no cross-attention, in float32."""
+    absolute positions, no cross-attention, all in float32 or all in bfloat16."""
     config = getattr(backbone, "config", None)
     layers = getattr(getattr(backbone, "encoder", None), "layer", None)
     if config is None or not isinstance(layers, nn.ModuleList) or not len(layers):
@@ -198,6 +245,9 @@ def _eligible(backbone) -> bool:
         return False
     hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", 0)
     if not isinstance(hidden, int) or not heads or hidden % heads:
+        return False
+    dtypes = {p.dtype for p in backbone.parameters()}
+    if dtypes not in ({torch.float32}, {torch.bfloat16}):
         return False
     return all(_layer_eligible(layer, hidden) for layer in layers)
 
@@ -222,8 +272,6 @@ def _layer_eligible(layer, hidden: int) -> bool:
         return False
     if norms[0].eps != norms[1].eps or norms[0].normalized_shape != (hidden,):
         return False
-    if any(p.dtype != torch.float32 for p in layer.parameters()):
-        return False
     return not hasattr(layer, "crossattention")
 
 
@@ -242,11 +290,13 @@ def _agrees(backbone, plan) -> bool:
     probe = (torch.arange(12).reshape(2, 6) * 7 + 3) % vocab
     reference = backbone(input_ids=probe, output_hidden_states=True, return_dict=True)
     tiled = plan.run(backbone, [(probe, None, len(probe))], True, 16)[0]
+    tolerance = _CHECK_TOLERANCE[plan.dtype]
     for expected, got in zip(reference.hidden_states, tiled.hidden_states, strict=True):
+        expected, got = expected.float(), got.float()
         scale = float(expected.abs().max()) or 1.0
         if expected.shape != got.shape:
             return False
-        if float((expected - got).abs().max()) > _CHECK_TOLERANCE * scale:
+        if float((expected - got).abs().max()) > tolerance * scale:
             return False
     return True
 

@@ -10,9 +10,29 @@ import torch
 from transformers import AutoModel
 
 from skbert import BertSentenceTransformer
+from skbert._cpu_products import ENV_VARIABLE, Blas, OneDnn, products_for_this_cpu
 from skbert._encoding import distinct_rows
 from skbert._inference import _block_groups
 from skbert._tiled_layers import _PLANS, tiled_forward
+
+KINDS = [
+    Blas.name,
+    pytest.param(
+        OneDnn.name,
+        marks=pytest.mark.skipif(
+            not OneDnn.available(), reason="this torch build lacks oneDNN's linear operations"
+        ),
+    ),
+]
+
+
+@pytest.fixture(params=KINDS)
+def products(request, monkeypatch):
+    """Each kind of matrix products in turn (plans built afresh)."""
+    monkeypatch.setenv(ENV_VARIABLE, request.param)
+    _PLANS.clear()
+    yield request.param
+    _PLANS.clear()
 
 
 def _load(path):
@@ -35,32 +55,39 @@ def _blocks(vocab, shapes, seed=0):
     return blocks
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", ["tiny_bert", "packaged_model"])
-def test_tiled_states_match_transformers(request, name):
-    backbone = _load(request.getfixturevalue(name))
+def test_tiled_states_match_transformers(request, name, dtype, products):
+    backbone = _load(request.getfixturevalue(name)).to(dtype)
     blocks = _blocks(backbone.config.vocab_size, [(4, 9, 4), (6, 5, 2), (3, 12, 1), (8, 3, 7)])
     with torch.inference_mode():
         tiled = tiled_forward(backbone, blocks, True, 16)
         last_only = tiled_forward(backbone, blocks, False, 16)
     assert tiled is not None, "the tiled path should apply to a BERT encoder"
+    assert _PLANS[backbone][1].products.name == products
     for (ids, types, _), got, last in zip(blocks, tiled, last_only, strict=True):
         with torch.inference_mode():
             expected = backbone(input_ids=ids, token_type_ids=types, output_hidden_states=True)
         assert len(got.hidden_states) == len(expected.hidden_states)
         for want, state in zip(expected.hidden_states, got.hidden_states, strict=True):
-            assert state.shape == want.shape
-            torch.testing.assert_close(state, want, rtol=1e-4, atol=1e-4)
+            assert state.shape == want.shape and state.dtype == dtype
+            if dtype == torch.float32:
+                torch.testing.assert_close(state, want, rtol=1e-4, atol=1e-4)
+            else:  # 8 bits of mantissa: within 2% of the states' scale (0.7% seen for MiniLM)
+                error = (state.float() - want.float()).abs().max()
+                assert error <= 2e-2 * want.float().abs().max()
         assert torch.equal(got.last_hidden_state, got.hidden_states[-1])
         assert last.hidden_states is None
         assert torch.equal(last.last_hidden_state, got.last_hidden_state)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("tile", [8, 16, 40])
-def test_a_rows_bits_do_not_depend_on_the_other_blocks(tiny_bert, tile):
+def test_a_rows_bits_do_not_depend_on_the_other_blocks(tiny_bert, tile, dtype, products):
     """The same block computed alone, with other blocks before or after it, or in another
     order gives the same bits: only its own shape matters (tiles are fixed, attention runs per
     block)."""
-    backbone = _load(tiny_bert)
+    backbone = _load(tiny_bert).to(dtype)
     vocab = backbone.config.vocab_size
     target = _blocks(vocab, [(5, 7, 3)], seed=11)[0]
     others = _blocks(vocab, [(4, 9, 4), (6, 5, 2), (2, 13, 2), (9, 4, 9)], seed=3)
@@ -90,7 +117,13 @@ def test_not_taken_for_albert_training_or_gradients(tiny_albert, tiny_bert):
         assert tiled_forward(bert, blocks, False, 16) is None  # dropout active
     bert.eval().to(torch.float64)
     with torch.inference_mode():
-        assert tiled_forward(bert, blocks, False, 16) is None  # float32 only
+        assert tiled_forward(bert, blocks, False, 16) is None  # float32 or bfloat16 only
+    bert.to(torch.float16)
+    with torch.inference_mode():
+        assert tiled_forward(bert, blocks, False, 16) is None
+    bert.to(torch.bfloat16)
+    with torch.inference_mode():
+        assert tiled_forward(bert, blocks, False, 16) is not None
 
 
 def test_not_taken_when_the_check_against_transformers_fails(tiny_bert):
@@ -207,3 +240,51 @@ def test_block_groups_are_whole_balanced_and_a_multiple_of_the_workers():
     assert _block_groups([], [], 2, 100) == []
     assert len(_block_groups(blocks, lengths, 2, 10**6)) == 2
     assert len(_block_groups(blocks[:3], lengths[:3], 4, 10)) == 3  # fewer blocks than asked
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_product_computes_a_row_from_that_row_alone(kind, dtype):
+    """A row's bits depend neither on the other rows of the tile nor on its place in it, for
+    every product of the tiled layers (the property that makes tiles of mixed blocks exact),
+    and each product computes what it says."""
+    products = {Blas.name: Blas, OneDnn.name: OneDnn}[kind]
+    generator = torch.Generator().manual_seed(0)
+    tile, width, out = 24, 40, 56
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=generator).to(dtype)
+
+    raw, bias = rand(out, width) * 0.2, rand(out)
+    weight = products.pack(raw, tile)
+    first, second = rand(tile, width), rand(tile, width)
+    second[5], second[tile - 1] = first[2], first[2]  # row 2 of `first`, elsewhere in `second`
+    res_first, res_second = rand(tile, out), rand(tile, out)
+    res_second[5], res_second[tile - 1] = res_first[2], res_first[2]
+
+    def each(x, residual):
+        return [
+            products.linear(x, weight, bias, torch.empty((tile, out), dtype=dtype)),
+            products.linear_add(x, residual, weight, bias, torch.empty((tile, out), dtype=dtype)),
+            products.linear_gelu(x, weight, bias, torch.empty((tile, out), dtype=dtype)),
+        ]
+
+    product = first.float() @ raw.float().t() + bias.float()
+    wanted = [product, product + res_first.float(), torch.nn.functional.gelu(product)]
+    tolerance = 1e-5 if dtype == torch.float32 else 3e-2
+    for a, b, want in zip(each(first, res_first), each(second, res_second), wanted, strict=True):
+        assert a.dtype == dtype and a.shape == (tile, out)
+        assert torch.equal(a[2], b[5]) and torch.equal(a[2], b[tile - 1])
+        assert (a.float() - want).abs().max() <= tolerance * (1 + want.abs().max())
+
+
+def test_products_follow_the_cpu_and_the_environment(monkeypatch):
+    monkeypatch.delenv(ENV_VARIABLE, raising=False)
+    avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    expected = OneDnn if avx512 and OneDnn.available() else Blas
+    assert products_for_this_cpu() is expected
+    monkeypatch.setenv(ENV_VARIABLE, "BLAS")
+    assert products_for_this_cpu() is Blas
+    monkeypatch.setenv(ENV_VARIABLE, "cublas")
+    with pytest.raises(ValueError, match=r"SKBERT_CPU_PRODUCTS='cublas'.*'blas', 'onednn'"):
+        products_for_this_cpu()
