@@ -237,10 +237,12 @@ def run_speed(args) -> None:
 
     cos_fp32 = row_cosine(outputs["skbert-fp32"], outputs["ST"])
     cos_bf16 = row_cosine(outputs["skbert-bf16"], outputs["skbert-fp32"])
-    # issue 12: fp32 vectors bit-identical to a per-text encoding (every 27th sentence alone)
+    # issue 12: vectors bit-identical to a per-text encoding (every 27th sentence alone)
     alone_rows = np.arange(0, n, 27)[:PER_TEXT_CHECKS]
-    alone = np.vstack([contenders["skbert-fp32"]([sentences[i]]) for i in alone_rows])
-    n_identical = int((alone == outputs["skbert-fp32"][alone_rows]).all(axis=1).sum())
+    identical = {}
+    for name in ("skbert-fp32", "skbert-bf16"):
+        alone = np.vstack([contenders[name]([sentences[i]]) for i in alone_rows])
+        identical[name] = int((alone == outputs[name][alone_rows]).all(axis=1).sum())
 
     print(f"Speed (median of {args.rounds} rounds, alternating ST, fp32, bf16)")
     print(f"  {'contender':<12} {'sentences/s':>12} {'median s':>9} {'vs ST':>7}  rounds (s)")
@@ -265,10 +267,11 @@ def run_speed(args) -> None:
         f"  skbert-bf16 vs skbert-fp32: min {cos_bf16.min():.6f}  mean {cos_bf16.mean():.6f}  "
         f"bar >= {BF16_COSINE_BAR}: {verdict(cos_bf16.min() >= BF16_COSINE_BAR)}"
     )
-    print(
-        f"  skbert-fp32 one text per call vs all together: {n_identical} of {len(alone_rows)} "
-        f"rows bit-identical: {verdict(n_identical == len(alone_rows))}"
-    )
+    for name, n_identical in identical.items():
+        print(
+            f"  {name} one text per call vs all together: {n_identical} of "
+            f"{len(alone_rows)} rows bit-identical: {verdict(n_identical == len(alone_rows))}"
+        )
     print()
     print("Bars")
     print(
