@@ -120,6 +120,50 @@ def test_fast_path_tokenizes_as_the_tokenizer_does(packaged_model, data_home):
     assert _tokenize(tokenizer, texts, block=100) == expected
 
 
+@pytest.mark.parametrize("setting", ["false", "0", "OFF"])
+def test_blocks_are_tokenized_in_threads_when_the_tokenizer_runs_serially(
+    packaged_model, data_home, monkeypatch, setting
+):
+    """With the Rust tokenizer's parallelism off, blocks go to torch's thread count of
+    threads, in order, with the ids of the tokenizer's own call; with it on (the default),
+    the tokenizer parallelizes each block and skbert calls it from one thread."""
+    import threading
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from skbert import _encoding
+    from skbert.datasets import load_sst2
+
+    tokenizer = AutoTokenizer.from_pretrained(packaged_model)
+    texts = [str(t) for t in load_sst2("dev", data_home=data_home, return_X_y=True)[0]]
+    expected = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    backend = _encoding._plain_backend(tokenizer)
+    callers = []
+
+    class Spy:
+        def encode_batch_fast(self, part, **kwargs):
+            callers.append(threading.current_thread().name)
+            return backend.encode_batch_fast(part, **kwargs)
+
+    monkeypatch.setattr(_encoding, "_plain_backend", lambda tokenizer: Spy())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+        assert _encoding._tokenizing_threads() == 1
+        assert _encoding._tokenize(tokenizer, texts, block=50) == expected
+        assert set(callers) == {threading.current_thread().name}
+        callers.clear()
+        monkeypatch.setenv("TOKENIZERS_PARALLELISM", setting)
+        assert _encoding._tokenizing_threads() == 2
+        assert _encoding._tokenize(tokenizer, texts, block=50) == expected
+        assert all(name.startswith("skbert-tokenize") for name in callers)
+        assert len(callers) == -(-len(texts) // 50)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_a_truncation_set_on_the_backend_does_not_apply(tiny_bert):
     from transformers import AutoTokenizer
 
