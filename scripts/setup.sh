@@ -18,7 +18,7 @@ ROOT=$(pwd -P)
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
-EXTRAS=${EXTRAS:-models,test}
+EXTRAS=${EXTRAS:-models,test,dask}
 FORCE=${FORCE:-0}
 
 if [ ! -x "$VENV/bin/python" ]; then

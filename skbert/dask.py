@@ -1,0 +1,170 @@
+"""Embed or classify a corpus held in a Dask collection, partition by partition on the workers.
+
+Needs the ``dask`` extra (``pip install "skbert[dask]"``: dask's dataframe and its
+distributed scheduler); skbert itself imports without it.
+
+.. code-block:: python
+
+    import dask.dataframe as dd
+    from dask.distributed import Client
+    from skbert.dask import transform
+
+    client = Client()                                # or Client("scheduler-address")
+    texts = dd.read_parquet("corpus/")["text"]      # millions of texts
+    vectors = transform(fitted_estimator, texts)    # lazy: a dask DataFrame
+    vectors.to_parquet("vectors/")                  # computed on the workers
+
+The fitted estimator is sent once: with a distributed client it is scattered to every worker
+(``client.scatter(..., broadcast=True)``), with Dask's local schedulers it is one
+``dask.delayed`` value that every partition's task depends on; it is never pickled per task.
+Rows keep the input's order and index, partition by partition. Each vector is the one
+``estimator.transform`` gives on one machine, bit for bit: skbert computes every text in
+shapes that depend only on its own length (see the user guide), so how texts are split into
+partitions changes nothing. A worker on another kind of CPU may differ in the last bits, as
+any two CPUs do.
+
+Threads: Dask's worker processes start with one BLAS/OpenMP thread per process (its nanny
+sets ``OMP_NUM_THREADS=1`` and the like), so each task runs skbert on one core, and a worker
+with ``nthreads=k`` runs ``k`` partitions at once: one core per task slot. ``threads=`` gives
+each task more cores instead (use it with ``nthreads=1`` workers). On a machine with several
+GPUs, start one worker per GPU (``CUDA_VISIBLE_DEVICES`` set per worker, ``nthreads=1``) and
+fit the estimator with ``device="auto"``: each task then predicts on its worker's GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+try:
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+except ImportError as error:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        f"skbert.dask needs Dask's dataframe: pip install 'skbert[dask]' (import failed: {error})"
+    ) from error
+
+__all__ = ["predict", "predict_proba", "transform"]
+
+_METHODS = ("transform", "predict", "predict_proba")
+
+
+def transform(estimator, texts, *, threads: int | None = None):
+    """``estimator.transform`` of every text of a Dask collection, on the workers.
+
+    Parameters
+    ----------
+    estimator : fitted estimator
+        A skbert estimator or a scikit-learn :class:`~sklearn.pipeline.Pipeline` that takes
+        texts (anything with ``transform`` and ``get_feature_names_out``).
+    texts : dask.dataframe.Series or dask.dataframe.DataFrame
+        One text per row, or two columns of sentence pairs (first, second).
+    threads : int, optional
+        Torch threads per task (restored after it); default: what the worker has (one core
+        per task on Dask's worker processes).
+
+    Returns
+    -------
+    dask.dataframe.DataFrame
+        One row per text, the input's index, float32 columns named by
+        ``estimator.get_feature_names_out()``.
+    """
+    return _map(estimator, texts, "transform", threads)
+
+
+def predict(estimator, texts, *, threads: int | None = None):
+    """``estimator.predict`` of every text of a Dask collection, on the workers.
+
+    Parameters are those of :func:`transform`; ``estimator`` needs ``predict`` and
+    ``classes_``. Returns a dask Series (the input's index) of predicted labels. A multilabel
+    classifier's predictions are 2-D: use :func:`predict_proba`, or ``transform`` of its
+    pipeline.
+    """
+    return _map(estimator, texts, "predict", threads)
+
+
+def predict_proba(estimator, texts, *, threads: int | None = None):
+    """``estimator.predict_proba`` of every text of a Dask collection, on the workers.
+
+    Parameters are those of :func:`transform`; returns a dask DataFrame with one float column
+    per class (named by ``classes_``), the input's index.
+    """
+    return _map(estimator, texts, "predict_proba", threads)
+
+
+def _map(estimator, texts, method, threads):
+    if not isinstance(texts, (dd.Series, dd.DataFrame)):
+        raise TypeError(
+            f"texts must be a dask.dataframe Series (one text per row) or a 2-column "
+            f"DataFrame (sentence pairs); got {type(texts).__name__}. A dask.bag converts "
+            "with bag.to_dataframe(columns=['text'])['text']."
+        )
+    if isinstance(texts, dd.DataFrame) and len(texts.columns) != 2:
+        raise ValueError(
+            f"a DataFrame of texts must have 2 columns (first and second sentence of each "
+            f"pair); got {len(texts.columns)}: {list(texts.columns)}."
+        )
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int or None; got {threads!r}.")
+    if not hasattr(estimator, method):
+        raise TypeError(f"{type(estimator).__name__} has no {method}(); cannot map it.")
+    meta = _meta(estimator, method)
+    shipped = _shipped(estimator)
+    columns = list(meta.columns) if meta.ndim == 2 else None
+    return texts.map_partitions(_run_partition, shipped, method, threads, columns, meta=meta)
+
+
+def _shipped(estimator):
+    """The estimator as the tasks receive it: with a distributed client, scattered to every
+    worker once (no large task graph); otherwise one ``dask.delayed`` value in the graph."""
+    try:
+        from distributed import get_client
+
+        client = get_client()
+    except (ImportError, ValueError):  # no distributed, or no client: local schedulers
+        return dask.delayed(estimator, pure=True, traverse=False)
+    return client.scatter(estimator, broadcast=True, hash=False)
+
+
+def _meta(estimator, method):
+    """An empty frame of the output's columns and dtypes (Dask's ``meta``)."""
+    if method == "transform":
+        names = [str(n) for n in estimator.get_feature_names_out()]
+        return pd.DataFrame({n: pd.Series(dtype=np.float32) for n in names})
+    classes = np.asarray(estimator.classes_)
+    if method == "predict":
+        return pd.Series(np.empty(0, dtype=classes.dtype), name="prediction")
+    return pd.DataFrame({str(c): pd.Series(dtype=np.float32) for c in classes})
+
+
+def _run_partition(part, estimator, method, threads, columns):
+    """One partition's output, as a pandas object with the partition's index."""
+    if isinstance(part, pd.DataFrame):
+        X = list(zip(part.iloc[:, 0].tolist(), part.iloc[:, 1].tolist(), strict=True))
+    else:
+        X = part.tolist()
+    if not X:
+        result = np.empty((0, len(columns)) if columns is not None else 0, dtype=np.float32)
+    else:
+        with _torch_threads(threads):
+            result = getattr(estimator, method)(X)
+    if columns is None:
+        return pd.Series(np.asarray(result), index=part.index, name="prediction")
+    return pd.DataFrame(np.asarray(result, dtype=np.float32), index=part.index, columns=columns)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads):
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,151 @@
+"""Dask: a GridSearchCV on a LocalCluster's worker processes, and a corpus embedded or
+classified partition by partition (skbert.dask), equal bit for bit to a local run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+dd = pytest.importorskip("dask.dataframe", reason="needs the dask extra")
+distributed = pytest.importorskip("distributed", reason="needs the dask extra")
+pd = pytest.importorskip("pandas")
+
+import joblib  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.model_selection import GridSearchCV  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+
+from skbert import BertSentenceTransformer  # noqa: E402
+
+TEXTS = [
+    f"text number {i} is {'good' if i % 3 else 'bad'} and {'long ' * (i % 7)}" for i in range(60)
+]
+LABELS = np.array([int(i % 3 != 0) for i in range(60)])
+
+
+def test_bad_inputs_say_what_is_allowed(tiny_bert):
+    from skbert.dask import transform
+
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS[:1])
+    with pytest.raises(TypeError, match="dask.dataframe Series"):
+        transform(est, TEXTS)
+    three = dd.from_pandas(pd.DataFrame({"a": ["x"], "b": ["y"], "c": ["z"]}), npartitions=1)
+    with pytest.raises(ValueError, match="2 columns"):
+        transform(est, three)
+    with pytest.raises(ValueError, match="threads must be a positive int"):
+        transform(est, dd.from_pandas(pd.Series(["x"]), npartitions=1), threads=0)
+
+
+def test_local_scheduler_without_a_client(tiny_bert):
+    """No distributed client (this runs before the module's cluster starts): Dask's threaded
+    scheduler, the estimator in the graph once."""
+    from skbert.dask import transform
+
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS[:1])
+    series = dd.from_pandas(pd.Series(TEXTS), npartitions=3)
+    with pytest.raises(ValueError):
+        distributed.get_client()
+    got = transform(est, series).compute(scheduler="threads").to_numpy()
+    np.testing.assert_array_equal(got, est.transform(TEXTS))
+
+
+@pytest.fixture(scope="module")
+def client():
+    """Two single-threaded worker processes on loopback, no dashboard; closed after."""
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        worker_dashboard_address=None,
+    )
+    client = distributed.Client(cluster, timeout="60s")
+    try:
+        yield client
+    finally:
+        client.close(timeout=30)
+        cluster.close(timeout=30)
+
+
+def _pid_scorer(log):
+    """Accuracy, and the scoring process's id appended to ``log``."""
+
+    def score(estimator, X, y):
+        with open(log, "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        return float((estimator.predict(X) == y).mean())
+
+    return score
+
+
+def test_grid_search_runs_on_the_workers_with_the_local_scores(client, tiny_bert, tmp_path):
+    pipe = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), LogisticRegression())
+    grid = {"bertsentencetransformer__pooling": ["mean", "cls", "max"]}
+    local = GridSearchCV(pipe, grid, cv=2, scoring=_pid_scorer(tmp_path / "local")).fit(
+        TEXTS, LABELS
+    )
+    log = tmp_path / "remote"
+    with joblib.parallel_config(backend="dask"):
+        remote = GridSearchCV(pipe, grid, cv=2, scoring=_pid_scorer(log)).fit(TEXTS, LABELS)
+    workers = set(client.run(os.getpid).values())
+    pids = {int(p) for p in log.read_text().split()}
+    assert pids <= workers and len(pids) == 2, (pids, workers)  # both workers, not this one
+    assert os.getpid() not in pids
+    for key in ("mean_test_score", "split0_test_score", "split1_test_score"):
+        np.testing.assert_array_equal(remote.cv_results_[key], local.cv_results_[key])
+
+
+@pytest.mark.parametrize("threads", [None, 1])
+def test_corpus_transform_equals_the_local_transform_bit_for_bit(client, tiny_bert, threads):
+    from skbert.dask import transform
+
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS[:1])
+    index = pd.RangeIndex(100, 100 + len(TEXTS))
+    series = dd.from_pandas(pd.Series(TEXTS, index=index, name="text"), npartitions=4)
+    out = transform(est, series, threads=threads)
+    assert list(out.columns) == list(est.get_feature_names_out())
+    computed = out.compute()
+    assert computed.index.equals(index)  # order and index kept
+    assert computed.dtypes.unique().tolist() == [np.float32]
+    np.testing.assert_array_equal(computed.to_numpy(), est.transform(TEXTS))
+
+
+def test_corpus_predictions_and_pairs(client, tiny_bert):
+    from skbert.dask import predict, predict_proba, transform
+
+    pipe = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), LogisticRegression())
+    pipe.fit(TEXTS, LABELS)
+    series = dd.from_pandas(pd.Series(TEXTS), npartitions=3)
+    np.testing.assert_array_equal(predict(pipe, series).compute().to_numpy(), pipe.predict(TEXTS))
+    proba = predict_proba(pipe, series).compute()
+    assert list(proba.columns) == ["0", "1"]
+    np.testing.assert_allclose(proba.to_numpy(), pipe.predict_proba(TEXTS).astype(np.float32))
+    pairs = pd.DataFrame({"a": TEXTS[:20], "b": TEXTS[20:40]})
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS[:1])
+    got = transform(est, dd.from_pandas(pairs, npartitions=2)).compute().to_numpy()
+    np.testing.assert_array_equal(got, est.transform(list(zip(pairs.a, pairs.b, strict=True))))
+
+
+def test_skbert_imports_without_dask():
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('dask', 'distributed'):\n"
+        "            raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import skbert\n"
+        "try:\n"
+        "    import skbert.dask\n"
+        "except ImportError as error:\n"
+        "    print('ImportError:', error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "pip install 'skbert[dask]'" in done.stdout, done.stdout + done.stderr
