@@ -15,8 +15,10 @@ version, row count, row shape and dtype, and the size and BLAKE2b digest of the 
 both ``.npy`` files. Each file is written to a temporary name and renamed into place: values,
 then checksum, then keys. The keys file is what makes a shard visible, so a reader never sees
 half a shard, and files without one (a shard being written, or one whose writer was killed)
-are never read nor removed. Processes that run at once (``GridSearchCV(n_jobs>1)``) may
-compute a text twice, never corrupt the cache.
+are never read nor removed. Processes that run at once (``GridSearchCV(n_jobs>1)``, Dask
+workers sharing the folder) never corrupt the cache, and they encode a text once: a process
+encodes missing texts while holding the key's lock (``.encoding.lock``, a :mod:`filelock`
+lock), and the others, once they hold it, first read what it wrote.
 
 Verification: before its first use in a process, a shard is checked: checksum file, file
 sizes, ``.npy`` headers (float32 values and ``S16`` keys, C order, matching row counts, the
@@ -53,6 +55,7 @@ import uuid
 import warnings
 from pathlib import Path
 
+import filelock
 import numpy as np
 
 from ._readout import Readout
@@ -84,6 +87,8 @@ POOLING_INDEX = {name: i for i, name in enumerate(FROZEN_POOLINGS)}
 BLOCK = 4096
 
 VALUES, CHECKSUM, KEYS = ".vals.npy", ".sum.json", ".keys.npy"
+#: the lock file of a key's folder (see FeatureStore.encoding)
+LOCK_NAME = ".encoding.lock"
 #: the order in which a shard's files are renamed into place: keys last (they make it visible)
 WRITE_ORDER = (VALUES, CHECKSUM, KEYS)
 VALUE_DTYPE, KEY_DTYPE = np.dtype(np.float32), np.dtype("S16")
@@ -388,6 +393,25 @@ class FeatureStore:
             values[np.asarray(positions)[order]] = part
         return values, missing
 
+    @contextlib.contextmanager
+    def encoding(self):
+        """Hold the key's encoding lock: one process at a time encodes texts missing from this
+        store, and the others, waiting, then read what it wrote instead of encoding the same
+        texts again (processes of ``GridSearchCV(n_jobs>1)`` or of Dask workers sharing the
+        folder). The lock is :mod:`filelock`'s (an OS file lock on ``.encoding.lock`` in the
+        key's folder, across hosts where the shared file system supports locks, as NFSv4
+        does); the OS releases it if its holder dies."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            lock = filelock.FileLock(self.directory / LOCK_NAME)
+            lock.acquire()
+        except OSError as error:
+            raise _folder_error(self.directory, error) from error
+        try:
+            yield
+        finally:
+            lock.release()
+
     def write(self, digests: np.ndarray, values: np.ndarray):
         """Add a shard of ``values`` (one row per digest), with its checksum.
 
@@ -544,13 +568,16 @@ def cached_vectors(store: FeatureStore, digests, readout: Readout, compute) -> t
         block = np.arange(start, min(start + BLOCK, len(digests)))
         values, missing = store.read(digests[block], index)
         if len(missing):
-            computed = compute(block[missing], whole)
-            store.write(digests[block[missing]], computed)
-            if whole:
-                computed = select(computed, index)
-            if values is None:
-                values = np.empty((len(block), *computed.shape[1:]), dtype=np.float32)
-            values[missing] = computed
-            n_computed += len(missing)
+            with store.encoding():  # one process at a time: what it writes, others read
+                values, missing = store.read(digests[block], index)
+                if len(missing):
+                    computed = compute(block[missing], whole)
+                    store.write(digests[block[missing]], computed)
+                    if whole:
+                        computed = select(computed, index)
+                    if values is None:
+                        values = np.empty((len(block), *computed.shape[1:]), dtype=np.float32)
+                    values[missing] = computed
+                    n_computed += len(missing)
         out[block] = assemble(values, readout.layer_combine) if whole else values
     return out, n_computed

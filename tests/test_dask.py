@@ -149,3 +149,30 @@ def test_skbert_imports_without_dask():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert "pip install 'skbert[dask]'" in done.stdout, done.stdout + done.stderr
+
+
+def _stored_digests(root):
+    """Every digest of every complete shard under ``root`` (one entry per stored row)."""
+    from pathlib import Path
+
+    return [d for path in Path(root).rglob("*.keys.npy") for d in np.load(path).tolist()]
+
+
+def test_a_shared_cache_encodes_each_text_once_for_the_cluster(client, tiny_bert, tmp_path):
+    """A grid search on the workers with ``memory=`` on a folder they share: every text is
+    encoded (and stored) once, although the folds' training sets overlap and two workers
+    fit at once; scores are those of the uncached local search."""
+    cache = tmp_path / "cache"
+    pipe = make_pipeline(
+        BertSentenceTransformer(tiny_bert, device="cpu", memory=str(cache)), LogisticRegression()
+    )
+    grid = {"bertsentencetransformer__pooling": ["mean", "cls", "max"]}
+    with joblib.parallel_config(backend="dask"):
+        remote = GridSearchCV(pipe, grid, cv=3).fit(TEXTS, LABELS)
+    stored = _stored_digests(cache)
+    assert len(stored) == len(set(stored)) == len(set(TEXTS))
+    plain = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), LogisticRegression())
+    local = GridSearchCV(plain, grid, cv=3).fit(TEXTS, LABELS)
+    np.testing.assert_array_equal(
+        remote.cv_results_["mean_test_score"], local.cv_results_["mean_test_score"]
+    )
