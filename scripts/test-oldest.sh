@@ -35,6 +35,7 @@ OLDEST=(
     "numpy==1.24.0"
     "joblib==1.3.0"
     "tqdm==4.66.0"
+    "filelock==3.12.0"
 )
 
 # The pins and pyproject's lower bounds must agree (1.6 and 1.6.0 are the same version).

@@ -23,6 +23,9 @@ from conftest import REPO
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RST_DOCUMENTS = sorted((REPO / "docs").glob("*.rst"))
 
+# Imports of optional packages, by the extra that brings them: a snippet that needs one is
+# skipped where the extra is not installed (scripts/test-oldest.sh installs models,test only).
+EXTRA_IMPORT = re.compile(r"^\s*(?:from|import)\s+(dask|distributed)\b", re.MULTILINE)
 # Loaders of the shared evaluation data (the bundled load_demo_sentiment is not one of them).
 SHARED_DATA = re.compile(r"\bload_(stsb|sst2|imdb_sample|trec|snli)\b")
 
@@ -120,6 +123,8 @@ def workdir(tmp_path_factory):
 @pytest.mark.parametrize(("path", "first", "code"), [_param(*s) for s in SNIPPETS])
 def test_snippet_runs(path, first, code, packaged_model, request, workdir, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for module in sorted(set(EXTRA_IMPORT.findall(code))):
+        pytest.importorskip(module, reason=f"the snippet imports {module}: the dask extra")
     if SHARED_DATA.search(code):
         monkeypatch.setenv("SKBERT_DATA", str(request.getfixturevalue("data_home")))
     monkeypatch.chdir(workdir)
