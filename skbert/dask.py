@@ -77,10 +77,21 @@ def transform(estimator, texts, *, threads: int | None = None):
 def predict(estimator, texts, *, threads: int | None = None):
     """``estimator.predict`` of every text of a Dask collection, on the workers.
 
-    Parameters are those of :func:`transform`; ``estimator`` needs ``predict`` and
-    ``classes_``. Returns a dask Series (the input's index) of predicted labels. A multilabel
-    classifier's predictions are 2-D: use :func:`predict_proba`, or ``transform`` of its
-    pipeline.
+    Parameters
+    ----------
+    estimator : fitted estimator
+        A classifier that takes texts (a :class:`~skbert.BertTextClassifier`, or a pipeline
+        ending in one or in a scikit-learn classifier), with ``predict`` and ``classes_``.
+        A multilabel classifier's predictions are 2-D: use :func:`predict_proba` instead.
+    texts : dask.dataframe.Series or dask.dataframe.DataFrame
+        One text per row, or two columns of sentence pairs (first, second).
+    threads : int, optional
+        Torch threads per task (restored after it); default: what the worker has.
+
+    Returns
+    -------
+    dask.dataframe.Series
+        The predicted label of each text, named ``"prediction"``, with the input's index.
     """
     return _map(estimator, texts, "predict", threads)
 
@@ -88,8 +99,19 @@ def predict(estimator, texts, *, threads: int | None = None):
 def predict_proba(estimator, texts, *, threads: int | None = None):
     """``estimator.predict_proba`` of every text of a Dask collection, on the workers.
 
-    Parameters are those of :func:`transform`; returns a dask DataFrame with one float column
-    per class (named by ``classes_``), the input's index.
+    Parameters
+    ----------
+    estimator : fitted estimator
+        A classifier that takes texts, with ``predict_proba`` and ``classes_``.
+    texts : dask.dataframe.Series or dask.dataframe.DataFrame
+        One text per row, or two columns of sentence pairs (first, second).
+    threads : int, optional
+        Torch threads per task (restored after it); default: what the worker has.
+
+    Returns
+    -------
+    dask.dataframe.DataFrame
+        One float32 column per class (named by ``str`` of ``classes_``), the input's index.
     """
     return _map(estimator, texts, "predict_proba", threads)
 
