@@ -12,7 +12,7 @@ import pytest
 
 dd = pytest.importorskip("dask.dataframe", reason="needs the dask extra")
 distributed = pytest.importorskip("distributed", reason="needs the dask extra")
-pd = pytest.importorskip("pandas")
+pd = pytest.importorskip("pandas", reason="skbert.dask returns pandas-backed frames (dask extra)")
 
 import joblib  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
