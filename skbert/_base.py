@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from . import _persistence
 from ._backbone import SpecialTokens, load_backbone, model_max_length, quiet_loading
+from ._distributed import shared_seed
 from ._encoding import encode_texts, pad_batch
 from ._inference import low_precision_copy, predict_rows
 from ._network import SentenceEncoder
@@ -192,9 +193,9 @@ class BertEstimatorBase(BaseEstimator):
         """The seed of this fit: from ``random_state``, or the seed of the checkpointed run
         that this fit resumes (so that ``random_state=None`` resumes too)."""
         stored = None if checkpoint is None else checkpoint.stored_seed()
-        if stored is not None:
-            return int(stored)
-        return int(check_random_state(self.random_state).randint(2**31 - 1))
+        if stored is None:
+            stored = check_random_state(self.random_state).randint(2**31 - 1)
+        return shared_seed(int(stored))  # a torchrun launch's ranks take rank 0's
 
     def _data_key(self, first, second, targets, **task) -> str:
         """A hash of the training data and task, for the checkpoint's identity."""

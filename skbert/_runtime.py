@@ -8,6 +8,8 @@ import sys
 
 import torch
 
+from ._distributed import current_share, local_device
+
 __all__ = [
     "resolve_device",
     "resolve_precision",
@@ -31,7 +33,7 @@ def resolve_device(device: str) -> torch.device:
         )
     if device == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda")
+            return local_device(torch.device("cuda"))
         mps = getattr(torch.backends, "mps", None)
         if mps is not None and mps.is_available():
             return torch.device("mps")
@@ -48,6 +50,7 @@ def resolve_device(device: str) -> torch.device:
                 f"device={device!r} but this machine has {torch.cuda.device_count()} CUDA "
                 "device(s)."
             )
+        resolved = local_device(resolved)  # a torchrun rank's own GPU for a bare "cuda"
     if resolved.type == "mps":
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
@@ -116,7 +119,7 @@ def progress(iterable, *, desc: str, unit: str, verbose, total=None):
     ``tqdm.auto`` gives a widget in Jupyter (with the ``notebook`` extra) and a text bar
     elsewhere; it is imported on first use.
     """
-    if not verbose:
+    if not verbose or not current_share().writer:  # in a torchrun launch, rank 0 shows it
         return iterable
     from tqdm.auto import tqdm
 
@@ -125,7 +128,10 @@ def progress(iterable, *, desc: str, unit: str, verbose, total=None):
 
 def report(message: str) -> None:
     """Tell the user ``message``: on stderr, the stream of the progress bars, without
-    breaking a bar that is being drawn (torch imports tqdm anyway, so this costs nothing)."""
+    breaking a bar that is being drawn (torch imports tqdm anyway, so this costs nothing).
+    In a torchrun launch, rank 0 alone reports."""
+    if not current_share().writer:
+        return
     from tqdm import tqdm
 
     tqdm.write(message, file=sys.stderr)

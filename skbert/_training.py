@@ -14,6 +14,12 @@ and the checks stay on the device, read back every few steps (:mod:`skbert._defe
 so the host never waits for the device in a step. With a
 :class:`~skbert._checkpoint.TrainingCheckpoint` the whole training state is written at
 intervals, and a later call continues from it to the same result as an uninterrupted run.
+
+In a ``torchrun`` launch the loop trains one model across the processes
+(:mod:`skbert._distributed`): every rank draws the same global batches and computes its share
+of each, DistributedDataParallel reduces the gradients to those of the whole batch, the loss
+and validation score are summed over the ranks, so that every decision (a divergence, early
+stopping) is the same on each, and only rank 0 writes checkpoints or prints.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ import copy
 import math
 import re
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import torch
 
 from ._checkpoint import decode_numpy_state, encode_numpy_state
 from ._deferred_checks import READ_EVERY, DeferredChecks
+from ._distributed import StepLoss, check_agree, join, sum_over_ranks
 from ._runtime import autocast, progress, report
 from .exceptions import TrainingDivergedError
 from .optim import layerwise_param_groups
@@ -184,15 +191,23 @@ def train(
     ----------
     network : torch.nn.Module
         Has a ``backbone`` attribute (the encoder); everything else counts as head.
-    loss_fn : callable ``(network, batch) -> scalar tensor``
+    loss_fn : callable ``(network, batch) -> scalar tensor or (scalar tensor, weight)``
+        The mean loss of ``batch``; with its weight (what the mean divides by: masked tokens,
+        the class weights of the rows) where that is not the number of rows. In a launch,
+        ``batch`` is this process's share of the global batch.
     make_batches : callable ``(rng) -> list of batches``
-        Called once per epoch with a ``numpy.random.RandomState``; a batch is whatever
-        ``loss_fn`` takes. It must give the same batches for the same RNG state.
+        Called once per epoch with a ``numpy.random.RandomState``; a batch is an array of
+        row indices, or an object with ``__len__`` and a ``share(share)`` method that gives
+        a process's part of it. It must give the same batches for the same RNG state.
     config : TrainingConfig
-    validate : callable ``(network) -> float`` or None
-        Score on held-out data (higher is better), called in eval mode after each epoch.
+    validate : callable ``(network, share) -> (total, count)`` or None
+        The sum of a held-out score over the rows of ``share`` (a
+        :class:`~skbert._distributed.Share`: ``share.rows(n)`` picks this process's rows),
+        and their number; the score is ``total / count`` summed over the processes (higher is
+        better). Called in eval mode after each epoch.
     seed : int
-        Seeds dropout, initialisation done inside ``loss_fn`` and the batch order.
+        Seeds dropout, initialisation done inside ``loss_fn`` and the batch order; it must be
+        the same on every rank of a launch (dropout draws from ``seed + rank``).
     desc : str
         Label of the progress bar and of error messages.
     checkpoint : skbert._checkpoint.TrainingCheckpoint or None
@@ -224,6 +239,9 @@ def train(
 
 
 def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpoint):
+    share = join(config.device)
+    if not share.writer:  # rank 0 alone prints and writes checkpoints
+        config = replace(config, verbose=0)
     identity = None
     if checkpoint is not None:  # of the weights as given, before any training
         identity = checkpoint.identity(network, _result_settings(config), seed)
@@ -232,11 +250,12 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
     rng = np.random.RandomState(seed)
     state = _Progress(epoch_rng=rng.get_state())
     batches = make_batches(rng)
+    check_agree({"the seed": seed, "the number of batches": len(batches)})
     if not batches:
         raise ValueError("no training batches: the training data is empty.")
     plan = _plan(config, len(batches), desc)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(seed + share.rank)  # the ranks' dropout draws differ
         opt = _optimisation(network, config, plan.total_steps)
         stored = None if checkpoint is None else checkpoint.load(identity)
         if stored is not None:
@@ -244,15 +263,24 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
             if config.verbose:
                 done = " (finished: nothing left to train)" if state.finished else ""
                 report(f"{desc}: resumed from step {state.step} of {plan.total_steps}{done}.")
-        while not state.finished and state.epoch < plan.n_epochs:
-            if state.epoch > 0:
-                state.epoch_rng = rng.get_state()
-                batches = make_batches(rng)
-            _run_epoch(network, loss_fn, batches, opt, config, plan, state, checkpoint, identity)
-            _end_epoch(network, validate, opt, config, plan, state)
-            state.epoch_rng = rng.get_state()  # the next epoch's make_batches starts here
-            if checkpoint is not None:
-                checkpoint.save(_snapshot(network, opt, state, config.device), identity)
+        check_agree({"the step to resume from": state.step})
+        step_loss = StepLoss(network, loss_fn, share, config.device)
+        if not share.writer:
+            checkpoint = None  # read above; written by rank 0 only
+        try:
+            while not state.finished and state.epoch < plan.n_epochs:
+                if state.epoch > 0:
+                    state.epoch_rng = rng.get_state()
+                    batches = make_batches(rng)
+                _run_epoch(
+                    network, step_loss, batches, opt, config, plan, state, checkpoint, identity
+                )
+                _end_epoch(network, validate, share, opt, config, plan, state)
+                state.epoch_rng = rng.get_state()  # the next epoch's make_batches starts here
+                if checkpoint is not None:
+                    checkpoint.save(_snapshot(network, opt, state, config.device), identity)
+        finally:
+            step_loss.close()
     return state.history
 
 
@@ -309,7 +337,7 @@ def loss_scaler(device: torch.device, dtype):
     return torch.cuda.amp.GradScaler(enabled=enabled and device.type == "cuda")
 
 
-def _run_epoch(network, loss_fn, batches, opt, config, plan, state, checkpoint, identity):
+def _run_epoch(network, step_loss, batches, opt, config, plan, state, checkpoint, identity):
     """Train on this epoch's batches from ``state.position`` on; checkpoint when due."""
     batches = batches[: plan.total_steps - (state.step - state.position)]  # a short last epoch
     network.train()
@@ -325,11 +353,11 @@ def _run_epoch(network, loss_fn, batches, opt, config, plan, state, checkpoint, 
     for batch in bar:
         if checks is None:
             where = plan.where(state.step + 1, state.epoch)
-            value = _train_step(network, loss_fn, batch, opt, config, plan.desc, where)
+            value = _train_step(step_loss, batch, opt, config, plan.desc, where)
             state.loss_sum += value
             state.loss_count += 1
         else:
-            _deferred_step(network, loss_fn, batch, opt, config, checks)
+            _deferred_step(step_loss, batch, opt, config, checks)
         state.step += 1
         state.position += 1
         due = checkpoint is not None and checkpoint.due(state.step)
@@ -345,14 +373,14 @@ def _run_epoch(network, loss_fn, batches, opt, config, plan, state, checkpoint, 
         _read_checks(checks, config, plan, state)
 
 
-def _deferred_step(network, loss_fn, batch, opt: _Optimisation, config, checks) -> None:
+def _deferred_step(step_loss, batch, opt: _Optimisation, config, checks) -> None:
     """:func:`_train_step` without waiting for the device: the loss and gradient norm are
     recorded in ``checks``, and fused AdamW skips the update on the device when either (or
     an earlier step's) is not finite."""
     with autocast(config.device, config.dtype):
-        loss = loss_fn(network, batch)
+        objective, loss = step_loss(batch)
     opt.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    objective.backward()
     norm = torch.nn.utils.clip_grad_norm_(opt.params, config.max_grad_norm)
     opt.optimizer.found_inf = checks.record(loss, norm)
     try:
@@ -372,15 +400,15 @@ def _read_checks(checks, config, plan, state: _Progress) -> None:
     state.loss_count += n_steps
 
 
-def _train_step(network, loss_fn, batch, opt: _Optimisation, config, desc, where) -> float:
+def _train_step(step_loss, batch, opt: _Optimisation, config, desc, where) -> float:
     """One optimiser step; the batch's loss. Raises before a non-finite value is applied."""
     with autocast(config.device, config.dtype):
-        loss = loss_fn(network, batch)
-    value = float(loss.detach())
+        objective, loss = step_loss(batch)
+    value = float(loss)
     if not math.isfinite(value):
         raise _diverged(desc, where, f"the training loss is {value}", config)
     opt.optimizer.zero_grad(set_to_none=True)
-    opt.scaler.scale(loss).backward()
+    opt.scaler.scale(objective).backward()
     opt.scaler.unscale_(opt.optimizer)  # clip the true gradients, not the scaled ones
     norm = float(torch.nn.utils.clip_grad_norm_(opt.params, config.max_grad_norm))
     if not math.isfinite(norm) and not opt.scaler.is_enabled():
@@ -397,7 +425,7 @@ def _train_step(network, loss_fn, batch, opt: _Optimisation, config, desc, where
     return value
 
 
-def _end_epoch(network, validate, opt, config, plan, state: _Progress) -> None:
+def _end_epoch(network, validate, share, opt, config, plan, state: _Progress) -> None:
     """Check the weights, record the epoch's loss and score, decide on early stopping."""
     _check_weights(network, opt.params, config, plan, state)
     history = state.history
@@ -405,7 +433,8 @@ def _end_epoch(network, validate, opt, config, plan, state: _Progress) -> None:
     stop = state.epoch + 1 >= plan.n_epochs
     if validate is not None:
         network.eval()
-        score = float(validate(network))
+        total, count = sum_over_ranks(validate(network, share))
+        score = total / count if count else math.nan
         if not math.isfinite(score):
             where = f"the end of epoch {state.epoch + 1} of {plan.n_epochs}"
             raise _diverged(plan.desc, where, f"the validation score is {score}", config)

@@ -25,12 +25,12 @@ from .pretraining import _train_masked_lm, load_masked_lm, masked_lm_windows
 __all__ = ["BertTextClassifier"]
 
 
-def _accuracy(predicted, truth) -> float:
-    """Share of the rows predicted right (all labels of a row, for multi-label), as
-    ``ClassifierMixin.score`` counts it."""
+def _n_right(predicted, truth) -> int:
+    """Rows predicted right (all labels of a row, for multi-label), as
+    ``ClassifierMixin.score`` counts them for its accuracy."""
     if predicted.ndim == 2:
-        return float(np.mean(np.all(predicted == truth, axis=1)))
-    return float(np.mean(predicted == truth))
+        return int(np.all(predicted == truth, axis=1).sum())
+    return int((predicted == truth).sum())
 
 
 class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
@@ -464,20 +464,25 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         def loss_fn(network, batch):
             indices = train_idx[batch]
             logits = network(**self._batch_tensors(encoded, indices, device))
-            return criterion(logits.float(), target_tensor[indices].to(device))
+            loss = criterion(logits.float(), target_tensor[indices].to(device))
+            if weights is None:
+                return loss
+            return loss, float(weights[targets[indices]].sum())  # the weighted mean's divisor
 
         validate = None
         if val_idx is not None:
-            held_out = encoded.subset(val_idx)
 
-            def validate(network):
+            def validate(network, share):
                 # predict()'s own path: a validation score is score() on the held-out texts
+                rows = val_idx[share.rows(len(val_idx))]
+                if len(rows) == 0:
+                    return 0, 0
                 logits = predict_rows(
                     low_precision_copy(network, device, dtype),
-                    held_out,
+                    encoded.subset(rows),
                     device=device,
                 )
-                return _accuracy(self._decide(logits), targets[val_idx])
+                return _n_right(self._decide(logits), targets[rows]), len(rows)
 
         config = self._training_config(
             device,

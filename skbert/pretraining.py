@@ -36,6 +36,7 @@ from ._backbone import (
     locate_model,
     quiet_loading,
 )
+from ._distributed import barrier, current_share, shared_seed
 from ._network import MaskedLMNetwork
 from ._runtime import report, resolve_device, resolve_precision, training_flops
 from ._training import TrainingConfig, length_grouped_batches, train
@@ -236,16 +237,61 @@ def _train_masked_lm(
     device = config.device
 
     def make_batches(rng):
-        return length_grouped_batches(lengths, config.batch_size, rng)
+        batches = length_grouped_batches(lengths, config.batch_size, rng)
+        seeds = rng.randint(2**31 - 1, size=len(batches))
+        return [_MaskedBatch(rows, int(seed)) for rows, seed in zip(batches, seeds, strict=True)]
 
     def loss_fn(network, batch):
-        # masking draws from the torch RNG, which the loop seeds: repeatable runs
-        rows = [features[i] for i in batch]
-        inputs = mask_batch(rows, tokenizer, mlm_probability, whole_word_mask)
+        inputs = batch.masked(features, tokenizer, mlm_probability, whole_word_mask)
+        n_masked = int((inputs["labels"] != -100).sum())
         inputs = {k: v.to(device) for k, v in inputs.items()}
-        return network(**inputs)
+        return network(**inputs), n_masked  # the mean over the masked tokens, and their number
 
     return train(MaskedLMNetwork(mlm_model), loss_fn, make_batches, config, seed=seed, desc=desc)
+
+
+class _MaskedBatch:
+    """A training batch of windows with the seed of its masks.
+
+    The masks are drawn for the whole batch from the batch's own seed, then a process takes its
+    rows: so a ``torchrun`` launch masks each window as one process does, whatever the share.
+
+    Parameters
+    ----------
+    indices : ndarray of int
+        The global batch's windows.
+    seed : int
+        Seed of the batch's masks.
+    rows : slice
+        This process's part of the batch (all of it outside a launch).
+    """
+
+    __slots__ = ("indices", "seed", "rows")
+
+    def __init__(self, indices, seed: int, rows=slice(None)):
+        self.indices, self.seed, self.rows = indices, seed, rows
+
+    def __len__(self) -> int:
+        return len(range(*self.rows.indices(len(self.indices))))
+
+    def share(self, share):
+        """This batch as seen by ``share``'s process: the same masks, its own rows."""
+        positions = share.rows(len(self.indices))
+        end = positions[-1] + 1 if len(positions) else 0
+        return _MaskedBatch(self.indices, self.seed, slice(end - len(positions), end))
+
+    def masked(self, features, tokenizer, mlm_probability, whole_word_mask) -> dict:
+        """:func:`mask_batch` of the whole batch under the batch's seed, then this share's rows
+        (padding columns that none of them needs dropped)."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            rows = [features[i] for i in self.indices]
+            inputs = mask_batch(rows, tokenizer, mlm_probability, whole_word_mask)
+        if self.rows == slice(None):
+            return inputs
+        inputs = {key: value[self.rows] for key, value in inputs.items()}
+        used = inputs["attention_mask"].any(dim=0)
+        return {key: value[:, used] for key, value in inputs.items()}
 
 
 def mask_batch(rows, tokenizer, mlm_probability=0.15, whole_word_mask=False) -> dict:
@@ -456,7 +502,7 @@ def further_pretrain(
     output_dir = check_output_dir(output_dir, "output_dir")  # before, not after, training
     first, second = check_texts(texts, "texts")  # None, NaN: errors, not "None", "nan"
     texts = first + (second or [])
-    seed = int(check_random_state(random_state).randint(2**31 - 1))
+    seed = shared_seed(int(check_random_state(random_state).randint(2**31 - 1)))
     device = resolve_device(device)
     resolve_precision(precision, device)  # a bad value fails before the model loads
     with torch.random.fork_rng(devices=[]):  # a new masked-LM head's init: seeded too
@@ -492,7 +538,9 @@ def further_pretrain(
             f"masked-LM pre-training: {len(features)} windows, {steps} steps, loss per epoch "
             f"{curve}"
         )
-    with quiet_loading():
-        mlm.to("cpu").save_pretrained(output_dir)
-        tokenizer.save_pretrained(output_dir)
+    if current_share().writer:  # in a torchrun launch, rank 0 writes; the others wait for it
+        with quiet_loading():
+            mlm.to("cpu").save_pretrained(output_dir)
+            tokenizer.save_pretrained(output_dir)
+    barrier()
     return output_dir

@@ -36,8 +36,8 @@ SCRIPT = [1.0, 3.0, 2.0, 2.5, 4.0, 5.0]
 _SCORES = {}  # digest of the weights -> the score, in the order the weights first appear
 
 
-def validate(net):
-    """The scripted score of these weights. Every run of the "early" setup follows one
+def validate(net, share):
+    """The scripted score of these weights (a total of 1 row). Every run of the "early" setup follows one
     trajectory (the property under test), so a resumed run meets the same weights at the
     same epochs and gets the same scores; weights that differ get a new score and fail."""
     digest = hashlib.blake2b(digest_size=16)
@@ -46,7 +46,7 @@ def validate(net):
     key = digest.hexdigest()
     if key not in _SCORES:
         _SCORES[key] = SCRIPT[len(_SCORES)]
-    return _SCORES[key]
+    return _SCORES[key], 1
 
 
 # 6 batches an epoch: "plain" runs 3 epochs (18 steps); "early" stops after 4 of 6 epochs
@@ -157,11 +157,11 @@ def test_resume_gives_the_uninterrupted_result(tmp_path, setup, stop_at, saved_s
 def test_resume_after_an_interrupted_validation(tmp_path):
     calls = []
 
-    def interrupted_validate(net):
+    def interrupted_validate(net, share):
         calls.append(1)
         if len(calls) == 3:  # end of epoch 3, before its checkpoint is written
             raise KeyboardInterrupt
-        return validate(net)
+        return validate(net, share)
 
     checkpoint = TrainingCheckpoint(tmp_path, 4, data_key="data-1")
     with pytest.raises(KeyboardInterrupt):

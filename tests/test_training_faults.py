@@ -138,7 +138,7 @@ def test_a_non_finite_state_is_never_checkpointed(tmp_path):
 def test_non_finite_validation_score_is_an_error():
     scores = iter([0.5, float("nan")])
     with pytest.raises(TrainingDivergedError, match="end of epoch 2 of 2.*validation score is nan"):
-        train(Net(), loss_fn, make_batches, config(), validate=lambda net: next(scores))
+        train(Net(), loss_fn, make_batches, config(), validate=lambda net, share: (next(scores), 1))
 
 
 def test_message_names_what_the_fit_can_change():

@@ -1,0 +1,205 @@
+"""Data-parallel fine-tuning with ``torchrun --nnodes=1 --nproc_per_node=2`` (gloo, CPU).
+
+The ranks of one launch train one model: they end with the same weights, which equal a
+single process's within float tolerance (the tiny BERT has no dropout, so nothing random
+differs), the loss curves are the global batch's, and only rank 0 writes or prints.
+
+The launch talks over the loopback only: its rendezvous is 127.0.0.1 and gloo is bound to
+``lo``. torch's TCPStore servers (the launcher's rendezvous and master stores) listen on every
+interface, whatever the address given, so where the system allows it (``unshare -rn``: a user
+and network namespace) the launch runs in a network namespace of its own, where ``lo`` is the
+only interface; elsewhere those two stores listen on every interface for the launch's few
+seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, SMALL
+
+import skbert._distributed as distributed
+
+WORKER = REPO / "tests" / "torchrun_fit.py"
+#: the launch, two ranks on the loopback, is killed past this
+TIMEOUT_S = 420
+
+
+@pytest.fixture(scope="module")
+def still_bert(tmp_path_factory):
+    """The tiny BERT without dropout: a run's only randomness is then the data order."""
+    from conftest import _save_tiny
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(**SMALL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return _save_tiny(tmp_path_factory, "still-bert", BertModel, config)
+
+
+def _loopback_namespace() -> list:
+    """The command prefix that runs a command in a network namespace with only ``lo`` up, or
+    none where user namespaces or ``ip`` are not available."""
+    prefix = ["unshare", "-rn", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return []
+    probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
+    return prefix if probe.returncode == 0 else []
+
+
+def _launch(model, out, watched):
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which(
+        "torchrun"
+    )
+    if torchrun is None:
+        pytest.fail("torchrun (installed with torch) is not on the PATH")
+    env = {
+        **os.environ,
+        "GLOO_SOCKET_IFNAME": "lo",  # the ranks talk over the loopback only
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("SKBERT_DISTRIBUTED", None)
+    command = [
+        *_loopback_namespace(),
+        torchrun,
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0",  # a free port on the loopback
+        "--max-restarts=0",
+        str(WORKER),
+        model,
+        str(out),
+        str(watched),
+    ]
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: killed whole on a timeout
+    )
+    try:
+        output, _ = process.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"torchrun ran past {TIMEOUT_S} s:\n{output[-4000:]}")
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    logs = "".join(
+        f"\n--- rank {r} stderr ---\n" + (out / f"stderr-{r}.txt").read_text()
+        for r in "01"
+        if (out / f"stderr-{r}.txt").exists()
+    )
+    assert process.returncode == 0, f"torchrun failed:\n{output[-4000:]}{logs[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def runs(still_bert, tmp_path_factory):
+    """The two ranks' results and the single process's."""
+    import torchrun_fit
+
+    out = tmp_path_factory.mktemp("torchrun-out")
+    _launch(still_bert, out, tmp_path_factory.mktemp("torchrun-watched"))
+    single = torchrun_fit.fit_all(still_bert, tmp_path_factory.mktemp("single-watched"))
+    ranks = [torch.load(out / f"result-{r}.pt", weights_only=False) for r in "01"]
+    writes = [json.loads((out / f"writes-{r}.json").read_text()) for r in "01"]
+    stderr = [(out / f"stderr-{r}.txt").read_text() for r in "01"]
+    return {"single": single, "ranks": ranks, "writes": writes, "stderr": stderr}
+
+
+FITS = ("classifier", "sentence", "pretrained")
+
+
+@pytest.mark.parametrize("fit", FITS)
+def test_every_rank_ends_with_the_same_weights(runs, fit):
+    first, second = (r[fit] for r in runs["ranks"])
+    assert first.keys() == second.keys()
+    for name in first:
+        assert torch.equal(first[name], second[name]), name
+
+
+@pytest.mark.parametrize("fit", FITS)
+def test_two_ranks_train_as_one_process_with_the_same_global_batch(runs, still_bert, fit):
+    from transformers import AutoModel
+
+    launched, single = runs["ranks"][0][fit], runs["single"][fit]
+    initial = {
+        k.removeprefix("bert."): v
+        for k, v in AutoModel.from_pretrained(still_bert).state_dict().items()
+    }
+    moved = 0.0
+    for name, value in single.items():
+        np.testing.assert_allclose(launched[name], value, rtol=1e-4, atol=2e-5, err_msg=name)
+        start = next((w for k, w in initial.items() if name.endswith(k)), None)
+        if start is not None and start.shape == value.shape:
+            moved = max(moved, float((value - start).abs().max()))
+    assert moved > 1e-3  # the fits changed the encoder far beyond the tolerance
+
+
+def test_loss_curves_and_validation_are_the_global_ones(runs):
+    single, (first, second) = runs["single"], runs["ranks"]
+    for key in ("classifier_loss", "sentence_loss"):
+        assert first[key] == second[key]
+        np.testing.assert_allclose(first[key], single[key], rtol=1e-5)
+    assert len(first["classifier_loss"]) == 3
+    assert first["classifier_scores"] == second["classifier_scores"] == single["classifier_scores"]
+    np.testing.assert_allclose(first["proba"], single["proba"], atol=1e-5)
+    np.testing.assert_allclose(first["vectors"], single["vectors"], atol=1e-5)
+
+
+def test_each_rank_trains_on_its_share_of_every_batch(runs):
+    first, second = runs["ranks"]
+    assert first["share"] == distributed.Share(0, 2) and second["share"] == distributed.Share(1, 2)
+    assert [n for n, _ in first["rows"]] == [n for n, _ in second["rows"]]  # the same batches
+    assert all(a + b == n for (n, a), (_, b) in zip(first["rows"], second["rows"], strict=True))
+    assert all(
+        a > 0 and b > 0 for (_, a), (_, b) in zip(first["rows"], second["rows"], strict=True)
+    )
+    # 30 classifier rows x 3 epochs, 39 pairs x 2 epochs, 4 pre-training batches of 5
+    assert sum(n for n, _ in first["rows"]) == 90 + 78 + 20
+
+
+def test_only_rank_0_writes_and_prints(runs):
+    rank0, rank1 = runs["writes"]
+    assert rank1 == []
+    assert any("checkpoints" in path for path in rank0)
+    assert any("pretrained" in path for path in rank0)
+    assert "Fine-tuning epoch 1/3" in runs["stderr"][0]
+    assert "epoch" not in runs["stderr"][1]
+    assert all(r["torch_threads"] == 1 for r in runs["ranks"])  # torchrun's OMP_NUM_THREADS
+
+
+def test_outside_a_launch_or_in_a_child_of_a_rank_nothing_is_distributed(monkeypatch):
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "1")
+    assert distributed.launch() == distributed.Launch(rank=1, world=2, local_rank=1)
+    assert distributed.current_share() == distributed.Share(rank=1, world=2)
+    monkeypatch.setenv("SKBERT_DISTRIBUTED", "0")
+    assert distributed.launch() is None
+    assert distributed.join() == distributed.SINGLE
+    monkeypatch.delenv("SKBERT_DISTRIBUTED")
+    monkeypatch.setattr(distributed.multiprocessing, "parent_process", lambda: object())
+    assert distributed.launch() is None  # a joblib or Dask worker started by a rank
+    monkeypatch.delenv("MASTER_PORT")
+    assert distributed.current_share() == distributed.SINGLE
+
+
+def test_shares_cover_a_batch_in_order():
+    batch = np.arange(10, 17)
+    parts = [distributed.Share(r, 3).of(batch) for r in range(3)]
+    assert [p.tolist() for p in parts] == [[10, 11, 12], [13, 14], [15, 16]]
+    assert distributed.Share(2, 3).of(np.arange(2)).tolist() == []
+    assert distributed.SINGLE.of(batch) is batch

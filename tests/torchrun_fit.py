@@ -1,0 +1,117 @@
+"""The fits of tests/test_torchrun.py: run by each rank of ``torchrun``, and in one process.
+
+``python tests/torchrun_fit.py MODEL_DIR OUT_DIR WATCHED_DIR`` fits a classifier (class
+weights, early stopping, checkpoints), fine-tunes a sentence transformer and further
+pre-trains the masked LM, all on ``MODEL_DIR``; it writes what it learned to
+``OUT_DIR/result-RANK.pt``, the files it opened for writing under ``WATCHED_DIR`` (where the
+fits write) to ``OUT_DIR/writes-RANK.json``, and its stderr to ``OUT_DIR/stderr-RANK.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+WORDS = "the a cat dog sat on mat is good bad movie film great terrible and not very it was".split()
+
+
+def corpus(n: int = 40):
+    """``n`` texts of in-vocabulary words and a label that depends on them."""
+    import numpy as np
+
+    rng = np.random.RandomState(0)
+    texts = [" ".join(rng.choice(WORDS, size=rng.randint(3, 12))) for _ in range(n)]
+    labels = np.array(["pos" if "good" in t or "great" in t else "neg" for t in texts])
+    return texts, labels
+
+
+def fit_all(model: str, watched: Path) -> dict:
+    """Every fit that trains with the shared loop; what each learned."""
+    import numpy as np
+    import torch
+
+    from skbert import BertSentenceTransformer, BertTextClassifier
+    from skbert.pretraining import further_pretrain
+
+    texts, labels = corpus()
+    common = {"model": model, "device": "cpu", "random_state": 0, "verbose": 1}
+    classifier = BertTextClassifier(
+        **common,
+        batch_size=6,  # 30 training rows: 5 batches of 6, split 3 + 3 over 2 ranks
+        max_epochs=3,
+        learning_rate=2e-3,
+        dropout=0.0,
+        class_weight="balanced",
+        early_stopping=True,
+        validation_fraction=0.25,
+        checkpoint_dir=str(watched / "checkpoints"),
+        checkpoint_steps=2,
+    ).fit(texts, labels)
+    pairs = np.array([[texts[i], texts[i + 1]] for i in range(0, len(texts) - 1)])
+    scores = np.array([len(a) / (len(a) + len(b)) for a, b in pairs])
+    sentence = BertSentenceTransformer(
+        **common, fine_tune="full", batch_size=7, max_epochs=2, learning_rate=2e-3
+    ).fit(pairs, scores)
+    path = further_pretrain(
+        texts, watched / "pretrained", **common, max_steps=4, batch_size=5, learning_rate=2e-3
+    )
+    from transformers import AutoModelForMaskedLM
+
+    pretrained = AutoModelForMaskedLM.from_pretrained(path)
+
+    def weights(module):
+        return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+    return {
+        "classifier_loss": classifier.loss_curve_,
+        "classifier_scores": classifier.validation_scores_,
+        "classifier": weights(classifier.network_),
+        "proba": classifier.predict_proba(texts[:8]),
+        "sentence_loss": sentence.loss_curve_,
+        "sentence": weights(sentence.network_),
+        "vectors": sentence.transform(texts[:8]),
+        "pretrained": weights(pretrained),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def main(argv) -> None:
+    import torch
+
+    model, out, watched = argv[0], Path(argv[1]), Path(argv[2])
+    rank = os.environ.get("RANK", "single")
+    writes = []
+
+    def audit(event, args):  # every file this process opens for writing where the fits write
+        if event == "open" and isinstance(args[0], (str, os.PathLike)):
+            mode, flags = args[1], args[2]
+            writing = (mode and any(c in str(mode) for c in "wax+")) or (flags & 0o3)
+            if writing and str(watched) in os.path.abspath(args[0]):
+                writes.append(os.fspath(args[0]))
+
+    sys.addaudithook(audit)
+    import skbert._distributed as distributed
+
+    rows, share_of = [], distributed.Share.of
+
+    def counted(share, batch):  # the rows of each global batch that this process trained on
+        part = share_of(share, batch)
+        rows.append((len(batch), len(part)))
+        return part
+
+    distributed.Share.of = counted
+    sys.stderr = open(out / f"stderr-{rank}.txt", "w", encoding="utf-8")  # noqa: SIM115
+    result = fit_all(model, watched)
+    result["share"] = distributed.current_share()
+    result["rows"] = rows
+    torch.save(result, out / f"result-{rank}.pt")
+    (out / f"writes-{rank}.json").write_text(json.dumps(writes), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
