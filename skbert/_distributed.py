@@ -16,6 +16,7 @@ No scikit-learn here: only torch, numpy and the standard library.
 from __future__ import annotations
 
 import atexit
+import inspect
 import multiprocessing
 import os
 from dataclasses import dataclass
@@ -292,11 +293,19 @@ class StepLoss:
         if share.distributed:
             from torch.nn.parallel import DistributedDataParallel
 
+            # no buffer changes in training (no batch statistics): none to sync at each step
+            # (torch >= 2.13 names the setting forward_sync_buffers, and warns on the old one)
+            parameters = inspect.signature(DistributedDataParallel).parameters
+            no_sync = (
+                "forward_sync_buffers"
+                if "forward_sync_buffers" in parameters
+                else ("broadcast_buffers")
+            )
             self.ddp = DistributedDataParallel(
                 _LossOfShare(network, loss_fn),
                 device_ids=[device.index] if device.type == "cuda" else None,
-                broadcast_buffers=False,  # no batch statistics; buffers never change
                 find_unused_parameters=True,  # e.g. a pooler that the readout skips
+                **{no_sync: False},
             )
 
     def __call__(self, batch):

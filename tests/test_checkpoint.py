@@ -37,9 +37,10 @@ _SCORES = {}  # digest of the weights -> the score, in the order the weights fir
 
 
 def validate(net, share):
-    """The scripted score of these weights (a total of 1 row). Every run of the "early" setup follows one
-    trajectory (the property under test), so a resumed run meets the same weights at the
-    same epochs and gets the same scores; weights that differ get a new score and fail."""
+    """The scripted score of these weights, as a total over 1 row. Every run of the "early"
+    setup follows one trajectory (the property under test), so a resumed run meets the same
+    weights at the same epochs and gets the same scores; weights that differ get a new score
+    and fail."""
     digest = hashlib.blake2b(digest_size=16)
     for tensor in net.state_dict().values():
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())

@@ -149,7 +149,7 @@ def test_two_ranks_train_as_one_process_with_the_same_global_batch(runs, still_b
 
 def test_loss_curves_and_validation_are_the_global_ones(runs):
     single, (first, second) = runs["single"], runs["ranks"]
-    for key in ("classifier_loss", "sentence_loss"):
+    for key in ("classifier_loss", "warm_start_loss", "sentence_loss"):
         assert first[key] == second[key]
         np.testing.assert_allclose(first[key], single[key], rtol=1e-5)
     assert len(first["classifier_loss"]) == 3
@@ -166,8 +166,9 @@ def test_each_rank_trains_on_its_share_of_every_batch(runs):
     assert all(
         a > 0 and b > 0 for (_, a), (_, b) in zip(first["rows"], second["rows"], strict=True)
     )
-    # 30 classifier rows x 3 epochs, 39 pairs x 2 epochs, 4 pre-training batches of 5
-    assert sum(n for n, _ in first["rows"]) == 90 + 78 + 20
+    # 30 classifier rows x 3 epochs, then 40 x 1 (warm start), 39 pairs x 2 epochs, 4
+    # pre-training batches of 5
+    assert sum(n for n, _ in first["rows"]) == 90 + 40 + 78 + 20
 
 
 def test_only_rank_0_writes_and_prints(runs):

@@ -52,6 +52,10 @@ def fit_all(model: str, watched: Path) -> dict:
         checkpoint_dir=str(watched / "checkpoints"),
         checkpoint_steps=2,
     ).fit(texts, labels)
+    first_fit = {"loss": classifier.loss_curve_, "scores": classifier.validation_scores_}
+    # a second fit of the same network: the first fit's DDP hooks must be gone
+    classifier.set_params(warm_start=True, max_epochs=1, early_stopping=False, checkpoint_dir=None)
+    classifier.fit(texts, labels)
     pairs = np.array([[texts[i], texts[i + 1]] for i in range(0, len(texts) - 1)])
     scores = np.array([len(a) / (len(a) + len(b)) for a, b in pairs])
     sentence = BertSentenceTransformer(
@@ -68,8 +72,9 @@ def fit_all(model: str, watched: Path) -> dict:
         return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 
     return {
-        "classifier_loss": classifier.loss_curve_,
-        "classifier_scores": classifier.validation_scores_,
+        "classifier_loss": first_fit["loss"],
+        "classifier_scores": first_fit["scores"],
+        "warm_start_loss": classifier.loss_curve_,
         "classifier": weights(classifier.network_),
         "proba": classifier.predict_proba(texts[:8]),
         "sentence_loss": sentence.loss_curve_,
