@@ -25,6 +25,7 @@ import uuid
 import numpy as np
 import torch
 
+from ._distributed import current_share
 from ._fingerprint import weights_fingerprint
 from ._validation import check_output_dir
 
@@ -184,7 +185,8 @@ class TrainingCheckpoint:
                 f"{'; '.join(differences)}. {self._remedy()}"
             )
         info = self._read_info()
-        if info is None or info.get("write_id") != stored["write_id"]:
+        stale = info is None or info.get("write_id") != stored["write_id"]
+        if stale and current_share().writer:  # in a torchrun launch, rank 0 writes
             self._write_info(stored)  # interrupted between the two writes: summary is stale
         return stored
 

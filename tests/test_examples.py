@@ -90,3 +90,10 @@ def test_itpt_comparison_runs(tiny_bert, data_home, capsys):
     change = float(re.search(r"ITPT changed the error by (\S+) points", out).group(1))
     expected = errors["BERT-ITPT-FiT"][0] - errors["BERT-FiT"][0]
     assert change == pytest.approx(expected, abs=0.05)
+
+
+def test_torchrun_example_runs_in_one_process(tiny_bert, capsys):
+    example = load_example("fine_tune_torchrun")
+    result = example.main(["--model", tiny_bert, "--limit", "40", "--max-epochs", "1"])
+    assert len(result["loss_curve"]) == 1 and 0 <= result["accuracy"] <= 1
+    assert "1 process(es): fit in" in capsys.readouterr().out

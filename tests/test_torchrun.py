@@ -154,6 +154,7 @@ def test_loss_curves_and_validation_are_the_global_ones(runs):
         np.testing.assert_allclose(first[key], single[key], rtol=1e-5)
     assert len(first["classifier_loss"]) == 3
     assert first["classifier_scores"] == second["classifier_scores"] == single["classifier_scores"]
+    assert first["resumed_same"] and second["resumed_same"]  # from rank 0's checkpoint
     np.testing.assert_allclose(first["proba"], single["proba"], atol=1e-5)
     np.testing.assert_allclose(first["vectors"], single["vectors"], atol=1e-5)
 
@@ -177,6 +178,7 @@ def test_only_rank_0_writes_and_prints(runs):
     assert any("checkpoints" in path for path in rank0)
     assert any("pretrained" in path for path in rank0)
     assert "Fine-tuning epoch 1/3" in runs["stderr"][0]
+    assert "resumed from step 15 of 15 (finished" in runs["stderr"][0]
     assert "epoch" not in runs["stderr"][1]
     assert all(r["torch_threads"] == 1 for r in runs["ranks"])  # torchrun's OMP_NUM_THREADS
 

@@ -34,6 +34,7 @@ def fit_all(model: str, watched: Path) -> dict:
     """Every fit that trains with the shared loop; what each learned."""
     import numpy as np
     import torch
+    from sklearn.base import clone
 
     from skbert import BertSentenceTransformer, BertTextClassifier
     from skbert.pretraining import further_pretrain
@@ -53,6 +54,16 @@ def fit_all(model: str, watched: Path) -> dict:
         checkpoint_steps=2,
     ).fit(texts, labels)
     first_fit = {"loss": classifier.loss_curve_, "scores": classifier.validation_scores_}
+    # the same fit again resumes from rank 0's finished checkpoint, read by every rank
+    resumed = clone(classifier).fit(texts, labels)
+    first_fit["resumed_same"] = all(
+        torch.equal(a, b)
+        for a, b in zip(
+            resumed.network_.state_dict().values(),
+            classifier.network_.state_dict().values(),
+            strict=True,
+        )
+    )
     # a second fit of the same network: the first fit's DDP hooks must be gone
     classifier.set_params(warm_start=True, max_epochs=1, early_stopping=False, checkpoint_dir=None)
     classifier.fit(texts, labels)
@@ -74,6 +85,7 @@ def fit_all(model: str, watched: Path) -> dict:
     return {
         "classifier_loss": first_fit["loss"],
         "classifier_scores": first_fit["scores"],
+        "resumed_same": first_fit["resumed_same"],
         "warm_start_loss": classifier.loss_curve_,
         "classifier": weights(classifier.network_),
         "proba": classifier.predict_proba(texts[:8]),
