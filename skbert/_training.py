@@ -263,6 +263,8 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
             if config.verbose:
                 done = " (finished: nothing left to train)" if state.finished else ""
                 report(f"{desc}: resumed from step {state.step} of {plan.total_steps}{done}.")
+            if share.distributed:  # the checkpoint holds rank 0's RNG: each rank its own
+                torch.manual_seed(_rank_seed(seed, share.rank, state.step))
         check_agree({"the step to resume from": state.step})
         step_loss = StepLoss(network, loss_fn, share, config.device)
         if not share.writer:
@@ -282,6 +284,12 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
         finally:
             step_loss.close()
     return state.history
+
+
+def _rank_seed(seed: int, rank: int, step: int) -> int:
+    """The dropout seed of ``rank`` in a launch that resumes at ``step`` (repeatable, and
+    different for each rank: a resumed launch draws other masks than an uninterrupted one)."""
+    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
 
 
 def _plan(config: TrainingConfig, n_batches: int, desc: str) -> _Plan:
