@@ -108,6 +108,8 @@ def current_share() -> Share:
     is initialised (by skbert or by the user), else from the launch's variables."""
     if os.environ.get("SKBERT_DISTRIBUTED", "").strip().lower() in _OFF:
         return SINGLE
+    if not torch.distributed.is_available():  # a build without it: every process trains alone
+        return SINGLE
     if _group_ready():
         return Share(torch.distributed.get_rank(), torch.distributed.get_world_size())
     where = launch()

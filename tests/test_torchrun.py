@@ -53,7 +53,7 @@ def _loopback_namespace() -> list:
     return prefix if probe.returncode == 0 else []
 
 
-def _launch(model, out, watched):
+def _launch(model, out, watched, *options):
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which(
         "torchrun"
     )
@@ -78,6 +78,7 @@ def _launch(model, out, watched):
         model,
         str(out),
         str(watched),
+        *options,
     ]
     process = subprocess.Popen(
         command,
@@ -206,3 +207,10 @@ def test_shares_cover_a_batch_in_order():
     assert [p.tolist() for p in parts] == [[10, 11, 12], [13, 14], [15, 16]]
     assert distributed.Share(2, 3).of(np.arange(2)).tolist() == []
     assert distributed.SINGLE.of(batch) is batch
+
+
+def test_ranks_with_different_data_fail_with_a_clear_error(still_bert, tmp_path):
+    _launch(still_bert, tmp_path, tmp_path / "watched", "--other-data")
+    for rank in "01":
+        message = (tmp_path / f"error-{rank}.txt").read_text()
+        assert "the 2 processes of this launch disagree on the number of batches" in message

@@ -4,7 +4,9 @@
 weights, early stopping, checkpoints), fine-tunes a sentence transformer and further
 pre-trains the masked LM, all on ``MODEL_DIR``; it writes what it learned to
 ``OUT_DIR/result-RANK.pt``, the files it opened for writing under ``WATCHED_DIR`` (where the
-fits write) to ``OUT_DIR/writes-RANK.json``, and its stderr to ``OUT_DIR/stderr-RANK.txt``.
+fits write) to ``OUT_DIR/writes-RANK.json``, and its stderr to ``OUT_DIR/stderr-RANK.txt``. With
+``--other-data`` after them, each rank fits on other texts and writes the error it got to
+``OUT_DIR/error-RANK.txt``.
 """
 
 from __future__ import annotations
@@ -97,11 +99,27 @@ def fit_all(model: str, watched: Path) -> dict:
     }
 
 
+def fit_other_data(model: str, out: Path, rank: str) -> None:
+    """Each rank fits on other texts (a user's mistake): the error each rank raised."""
+    from skbert import BertTextClassifier
+
+    texts, labels = corpus(40 - 12 * int(rank))
+    try:
+        BertTextClassifier(model=model, device="cpu", batch_size=6, max_epochs=1).fit(texts, labels)
+        message = "no error"
+    except RuntimeError as error:
+        message = str(error)
+    (out / f"error-{rank}.txt").write_text(message, encoding="utf-8")
+
+
 def main(argv) -> None:
     import torch
 
     model, out, watched = argv[0], Path(argv[1]), Path(argv[2])
     rank = os.environ.get("RANK", "single")
+    if argv[3:] == ["--other-data"]:
+        fit_other_data(model, out, rank)
+        return
     writes = []
 
     def audit(event, args):  # every file this process opens for writing where the fits write
