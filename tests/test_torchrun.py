@@ -214,3 +214,16 @@ def test_ranks_with_different_data_fail_with_a_clear_error(still_bert, tmp_path)
     for rank in "01":
         message = (tmp_path / f"error-{rank}.txt").read_text()
         assert "the 2 processes of this launch disagree on the number of batches" in message
+
+
+def test_a_rank_takes_its_own_gpu_for_a_bare_cuda(monkeypatch):
+    for name, value in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert distributed.local_device(torch.device("cuda")) == torch.device("cuda", 1)
+    assert distributed.local_device(torch.device("cuda", 0)) == torch.device("cuda", 0)
+    assert distributed.local_device(torch.device("cpu")) == torch.device("cpu")
+    monkeypatch.delenv("RANK")
+    assert distributed.local_device(torch.device("cuda")) == torch.device("cuda")
