@@ -25,7 +25,19 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Share", "SINGLE", "current_share", "join", "launch", "StepLoss", "barrier"]
+__all__ = [
+    "SINGLE",
+    "Share",
+    "StepLoss",
+    "barrier",
+    "check_agree",
+    "current_share",
+    "join",
+    "launch",
+    "local_device",
+    "shared_seed",
+    "sum_over_ranks",
+]
 
 #: What ``torchrun`` (and ``torch.distributed.launch``, ``accelerate launch``) set in each rank.
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -79,6 +91,10 @@ class Launch:
     local_rank: int
 
 
+def _switched_off() -> bool:
+    return os.environ.get("SKBERT_DISTRIBUTED", "").strip().lower() in _OFF
+
+
 def launch() -> Launch | None:
     """This process's launch, or None when it is not a rank of a launch of 2 or more.
 
@@ -86,7 +102,7 @@ def launch() -> Launch | None:
     worker processes) inherits the variables but is no rank: it counts as single.
     ``SKBERT_DISTRIBUTED=0`` makes every process single.
     """
-    if os.environ.get("SKBERT_DISTRIBUTED", "").strip().lower() in _OFF:
+    if _switched_off():
         return None
     if any(name not in os.environ for name in LAUNCH_VARIABLES):
         return None
@@ -106,7 +122,7 @@ def _group_ready() -> bool:
 def current_share() -> Share:
     """The share of this process, without joining anything: from the process group when one
     is initialised (by skbert or by the user), else from the launch's variables."""
-    if os.environ.get("SKBERT_DISTRIBUTED", "").strip().lower() in _OFF:
+    if _switched_off():
         return SINGLE
     if not torch.distributed.is_available():  # a build without it: every process trains alone
         return SINGLE
@@ -131,7 +147,7 @@ def join(device: torch.device | None = None) -> Share:
     ValueError
         If ``device`` is the CPU and the group has no backend for CPU tensors (NCCL only).
     """
-    if os.environ.get("SKBERT_DISTRIBUTED", "").strip().lower() in _OFF:
+    if _switched_off():
         return SINGLE
     dist = torch.distributed
     if not dist.is_available():
@@ -298,11 +314,9 @@ class StepLoss:
             # no buffer changes in training (no batch statistics): none to sync at each step
             # (torch >= 2.13 names the setting forward_sync_buffers, and warns on the old one)
             parameters = inspect.signature(DistributedDataParallel).parameters
-            no_sync = (
-                "forward_sync_buffers"
-                if "forward_sync_buffers" in parameters
-                else ("broadcast_buffers")
-            )
+            no_sync = "broadcast_buffers"
+            if "forward_sync_buffers" in parameters:
+                no_sync = "forward_sync_buffers"
             self.ddp = DistributedDataParallel(
                 _LossOfShare(network, loss_fn),
                 device_ids=[device.index] if device.type == "cuda" else None,

@@ -471,15 +471,18 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
 
         validate = None
         if val_idx is not None:
+            held_out = {}  # this process's held-out rows, encoded once for all epochs
 
             def validate(network, share):
                 # predict()'s own path: a validation score is score() on the held-out texts
                 rows = val_idx[share.rows(len(val_idx))]
                 if len(rows) == 0:
                     return 0, 0
+                if share not in held_out:
+                    held_out[share] = encoded.subset(rows)
                 logits = predict_rows(
                     low_precision_copy(network, device, dtype),
-                    encoded.subset(rows),
+                    held_out[share],
                     device=device,
                 )
                 return _n_right(self._decide(logits), targets[rows]), len(rows)
