@@ -16,6 +16,7 @@ No scikit-learn here: only torch, numpy and the standard library.
 from __future__ import annotations
 
 import atexit
+import collections
 import inspect
 import multiprocessing
 import os
@@ -24,6 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+
+if torch.distributed.is_available():
+    # torch.distributed.nn binds the default process group as the default argument of its
+    # functions when it is first imported, and transformers imports it when it loads a model.
+    # Imported after the group exists, it holds the group past destroy_process_group(): the
+    # group's gloo threads then run into the interpreter's shutdown, where they can abort the
+    # process (SIGABRT, "terminate called without an active exception"). Imported before any
+    # group exists (here, 2 ms), it binds None.
+    import torch.distributed.nn  # noqa: F401
 
 __all__ = [
     "SINGLE",
@@ -133,6 +143,18 @@ def current_share() -> Share:
 
 
 _JOINED = []  # the process group skbert initialised, to destroy at exit
+#: The tensors of skbert's recent collectives, kept until the group is destroyed. At
+#: destroy_process_group() a gloo worker thread can be freeing the tensors of an earlier
+#: collective; were its reference the last, it would wait for the GIL, which the main thread
+#: holds while it waits for that thread to end (a deadlock seen with torch 2.2; at the
+#: interpreter's shutdown, an abort). Kept here, they are freed by the main thread afterwards.
+_RECENT = collections.deque(maxlen=16)
+
+
+def _kept(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, referenced until the group is destroyed (see :data:`_RECENT`)."""
+    _RECENT.append(tensor)
+    return tensor
 
 
 def join(device: torch.device | None = None) -> Share:
@@ -173,6 +195,7 @@ def _leave() -> None:
     if _JOINED and _group_ready():
         torch.distributed.destroy_process_group()
     _JOINED.clear()
+    _RECENT.clear()
 
 
 def _check_backend(device: torch.device) -> None:
@@ -213,7 +236,7 @@ def shared_seed(seed: int) -> int:
     if not share.distributed:
         return int(seed)
     value = torch.tensor([int(seed)], dtype=torch.int64, device=_collective_device())
-    torch.distributed.broadcast(value, src=0)
+    torch.distributed.broadcast(_kept(value), src=0)
     return int(value.item())
 
 
@@ -226,8 +249,8 @@ def check_agree(values: dict) -> None:
     numbers = torch.tensor([float(v) for v in values.values()], dtype=torch.float64)
     numbers = numbers.to(_collective_device())
     low, high = numbers.clone(), numbers.clone()
-    torch.distributed.all_reduce(low, op=torch.distributed.ReduceOp.MIN)
-    torch.distributed.all_reduce(high, op=torch.distributed.ReduceOp.MAX)
+    torch.distributed.all_reduce(_kept(low), op=torch.distributed.ReduceOp.MIN)
+    torch.distributed.all_reduce(_kept(high), op=torch.distributed.ReduceOp.MAX)
     differ = [
         f"{name} (from {lo:g} to {hi:g})"
         for name, lo, hi in zip(values, low.tolist(), high.tolist(), strict=True)
@@ -248,7 +271,7 @@ def sum_over_ranks(values) -> list:
         return [float(v) for v in values]
     numbers = torch.tensor([float(v) for v in values], dtype=torch.float64)
     numbers = numbers.to(_collective_device())
-    torch.distributed.all_reduce(numbers)
+    torch.distributed.all_reduce(_kept(numbers))
     return numbers.tolist()
 
 
@@ -333,7 +356,7 @@ class StepLoss:
         loss, weight = self.ddp(self.share.of(batch))
         own = loss.detach().to(torch.float64) * weight
         totals = torch.stack([own.new_tensor(weight), own])
-        torch.distributed.all_reduce(totals)
+        torch.distributed.all_reduce(_kept(totals))
         objective = loss * (weight * self.share.world / totals[0]).to(loss.dtype)
         return objective, totals[1] / totals[0]
 

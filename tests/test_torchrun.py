@@ -116,10 +116,24 @@ def runs(still_bert, tmp_path_factory):
     ranks = [torch.load(out / f"result-{r}.pt", weights_only=False) for r in "01"]
     writes = [json.loads((out / f"writes-{r}.json").read_text()) for r in "01"]
     stderr = [(out / f"stderr-{r}.txt").read_text() for r in "01"]
-    return {"single": single, "ranks": ranks, "writes": writes, "stderr": stderr}
+    threads = [json.loads((out / f"threads-{r}.json").read_text()) for r in "01"]
+    return {
+        "single": single,
+        "ranks": ranks,
+        "writes": writes,
+        "stderr": stderr,
+        "threads": threads,
+    }
 
 
 FITS = ("classifier", "sentence", "pretrained")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="lists threads from /proc")
+def test_leaving_the_group_at_exit_ends_its_threads(runs):
+    # Were the group still held (transformers' import of torch.distributed.nn binding it),
+    # its gloo threads would outlive destroy_process_group() and could abort the exit.
+    assert runs["threads"] == [[], []]
 
 
 @pytest.mark.parametrize("fit", FITS)
@@ -214,6 +228,7 @@ def test_ranks_with_different_data_fail_with_a_clear_error(still_bert, tmp_path)
     for rank in "01":
         message = (tmp_path / f"error-{rank}.txt").read_text()
         assert "the 2 processes of this launch disagree on the number of batches" in message
+        assert json.loads((tmp_path / f"threads-{rank}.json").read_text()) == []
 
 
 def test_a_rank_takes_its_own_gpu_for_a_bare_cuda(monkeypatch):

@@ -99,6 +99,19 @@ def fit_all(model: str, watched: Path) -> dict:
     }
 
 
+def threads_left_after_leaving() -> list:
+    """The process group's threads (gloo's) still running once skbert left the group, as it
+    does at exit: none, unless something holds the group past destroy_process_group()."""
+    import skbert._distributed as distributed
+
+    distributed._leave()
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/comm", encoding="utf-8") as comm:
+            names.append(comm.read().strip())
+    return sorted(name for name in names if "gloo" in name)
+
+
 def fit_other_data(model: str, out: Path, rank: str) -> None:
     """Each rank fits on other texts (a user's mistake): the error each rank raised."""
     from skbert import BertTextClassifier
@@ -110,6 +123,7 @@ def fit_other_data(model: str, out: Path, rank: str) -> None:
     except RuntimeError as error:
         message = str(error)
     (out / f"error-{rank}.txt").write_text(message, encoding="utf-8")
+    (out / f"threads-{rank}.json").write_text(json.dumps(threads_left_after_leaving()))
 
 
 def main(argv) -> None:
@@ -146,6 +160,7 @@ def main(argv) -> None:
     result["rows"] = rows
     torch.save(result, out / f"result-{rank}.pt")
     (out / f"writes-{rank}.json").write_text(json.dumps(writes), encoding="utf-8")
+    (out / f"threads-{rank}.json").write_text(json.dumps(threads_left_after_leaving()))
 
 
 if __name__ == "__main__":
