@@ -228,7 +228,8 @@ def test_ranks_with_different_data_fail_with_a_clear_error(still_bert, tmp_path)
     for rank in "01":
         message = (tmp_path / f"error-{rank}.txt").read_text()
         assert "the 2 processes of this launch disagree on the number of batches" in message
-        assert json.loads((tmp_path / f"threads-{rank}.json").read_text()) == []
+        if os.path.isdir("/proc/self/task"):  # no gloo thread outlives leaving the group
+            assert json.loads((tmp_path / f"threads-{rank}.json").read_text()) == []
 
 
 def test_a_rank_takes_its_own_gpu_for_a_bare_cuda(monkeypatch):
