@@ -38,7 +38,10 @@ LAYERS = [1, 3, 5, -1]
 
 
 def clear_memos():
-    from skbert import _backbone, _feature_cache, _fingerprint
+    import _feature_cache
+    import _fingerprint
+
+    import skbert._nn.backbone as _backbone
 
     _fingerprint.clear_memo()
     _feature_cache.clear_memo()

@@ -137,8 +137,8 @@ def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> d
     import torch
 
     from skbert import BertSentenceTransformer
-    from skbert._encoding import distinct_rows, row_blocks
-    from skbert._inference import block_tokens
+    from skbert._inference.predict import block_tokens
+    from skbert._text.encoding import distinct_rows, row_blocks
 
     est = BertSentenceTransformer(path, batch_size=batch_size, device="cpu").fit(sentences[:1])
     encoded = est._encode(sentences)
@@ -185,7 +185,7 @@ def verdict(ok: bool) -> str:
 def run_speed(args) -> None:
     import torch
 
-    from skbert._cpu_products import products_for_this_cpu
+    from skbert._inference.cpu.products import products_for_this_cpu
 
     quiet_transformers()
     sentences = load_sentences(args.data_home)

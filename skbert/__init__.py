@@ -5,7 +5,7 @@ on first use so that ``import skbert`` stays quick: transformers (and huggingfac
 the data loaders (:mod:`skbert.datasets`) and the packaged model.
 """
 
-from ._persistence import load
+from ._estimator.persistence import load
 from .classifier import BertTextClassifier
 from .exceptions import TrainingDivergedError
 from .optim import layerwise_param_groups

@@ -13,13 +13,13 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import check_is_fitted
 
-from ._backbone import DEFAULT_MODEL
-from ._base import BertEstimatorBase
-from ._inference import low_precision_copy, predict_rows
-from ._network import TaskNetwork
-from ._targets import check_class_labels
-from ._training import length_grouped_batches, train
-from ._validation import check_texts
+from ._estimator.base import BertEstimatorBase
+from ._estimator.targets import check_class_labels
+from ._estimator.validation import check_texts
+from ._inference.predict import low_precision_copy, predict_rows
+from ._nn.backbone import DEFAULT_MODEL
+from ._nn.network import TaskNetwork
+from ._training.loop import length_grouped_batches, train
 from .pretraining import _train_masked_lm, load_masked_lm, masked_lm_windows
 
 __all__ = ["BertTextClassifier"]

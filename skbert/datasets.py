@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.utils import Bunch
 
-from ._fetch import fetch
+from ._storage.fetch import fetch
 
 __all__ = [
     "get_data_home",

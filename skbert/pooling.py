@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._fixed_blocks import in_fixed_blocks
+from ._inference.cpu.fixed_blocks import in_fixed_blocks
 
 __all__ = [
     "TOKEN_POOLINGS",

@@ -26,7 +26,9 @@ import torch
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
 
-from ._backbone import (
+from ._core.runtime import report, resolve_device, resolve_precision, training_flops
+from ._estimator.validation import check_output_dir, check_texts
+from ._nn.backbone import (
     DEFAULT_MODEL,
     SpecialTokens,
     fitted_encoder_source,
@@ -36,11 +38,9 @@ from ._backbone import (
     locate_model,
     quiet_loading,
 )
-from ._distributed import barrier, current_share, shared_seed
-from ._network import MaskedLMNetwork
-from ._runtime import report, resolve_device, resolve_precision, training_flops
-from ._training import TrainingConfig, length_grouped_batches, train
-from ._validation import check_output_dir, check_texts
+from ._nn.network import MaskedLMNetwork
+from ._training.distributed import barrier, current_share, shared_seed
+from ._training.loop import TrainingConfig, length_grouped_batches, train
 
 __all__ = ["further_pretrain", "load_masked_lm", "masked_lm_windows", "mask_batch"]
 
@@ -214,21 +214,21 @@ def _train_masked_lm(
     desc: str = "Masked-LM pre-training",
 ):
     """Train ``mlm_model`` in place on ``features`` with the shared loop (internal: it takes
-    the loop's :class:`~skbert._training.TrainingConfig`).
+    the loop's :class:`~skbert._training.loop.TrainingConfig`).
 
     Parameters
     ----------
     mlm_model : transformers ``*ForMaskedLM`` model
     tokenizer : its tokenizer
     features : list of dict, from :func:`masked_lm_windows`
-    config : skbert._training.TrainingConfig
+    config : skbert._training.loop.TrainingConfig
         Its ``max_steps`` (or ``max_epochs``) bounds the training.
     mlm_probability, whole_word_mask : see :func:`further_pretrain`
     seed : int
 
     Returns
     -------
-    skbert._training.TrainingHistory
+    skbert._training.loop.TrainingHistory
         ``loss_curve`` holds the mean masked-LM loss per epoch.
     """
     if tokenizer.mask_token is None:

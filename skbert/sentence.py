@@ -13,7 +13,11 @@ from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory
 
-from ._backbone import (
+from ._core.runtime import report
+from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
+from ._estimator.targets import check_class_labels, check_gold_scores, check_scores
+from ._estimator.validation import check_texts
+from ._nn.backbone import (
     DEFAULT_MODEL,
     checkpoint_normalizes,
     fitted_encoder_source,
@@ -21,14 +25,10 @@ from ._backbone import (
     load_tokenizer_and_config,
     local_directory,
 )
-from ._base import FINE_TUNE_MODES, BertEstimatorBase
-from ._feature_cache import cache_key, cached_vectors, get_store, text_digests
-from ._fingerprint import directory_fingerprint, state_fingerprint
-from ._network import SentenceEncoder, SiameseNetwork
-from ._runtime import report
-from ._targets import check_class_labels, check_gold_scores, check_scores
-from ._training import length_grouped_batches, train
-from ._validation import check_texts
+from ._nn.network import SentenceEncoder, SiameseNetwork
+from ._storage.feature_cache import cache_key, cached_vectors, get_store, text_digests
+from ._storage.fingerprint import directory_fingerprint, state_fingerprint
+from ._training.loop import length_grouped_batches, train
 
 __all__ = ["BertSentenceTransformer"]
 

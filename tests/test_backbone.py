@@ -1,6 +1,6 @@
 import pytest
 
-from skbert._backbone import (
+from skbert._nn.backbone import (
     DEFAULT_MODEL,
     SpecialTokens,
     load_backbone,
@@ -52,14 +52,14 @@ def test_default_resolves_to_packaged_copy():
 
 
 def test_default_without_package_falls_back_to_hub_id(monkeypatch):
-    import skbert._backbone as backbone
+    import skbert._nn.backbone as backbone
 
     monkeypatch.setattr(backbone, "_packaged_default", lambda: None)
     assert resolve_model(DEFAULT_MODEL) == DEFAULT_MODEL
 
 
 def test_default_missing_everywhere_says_install_extra(monkeypatch, tmp_path):
-    import skbert._backbone as backbone
+    import skbert._nn.backbone as backbone
 
     monkeypatch.setattr(backbone, "_packaged_default", lambda: None)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache

@@ -1,6 +1,7 @@
 """A text's output never depends on the other texts of the call: transform(X)[i] equals
 transform([X[i]])[0] bit for bit, with and without the feature cache, in any order, at any
-batch_size and torch thread count (skbert._inference.predict_rows and its fixed-shape blocks).
+batch_size and torch thread count (skbert._inference.predict.predict_rows and its fixed-shape
+blocks).
 
 On all-MiniLM-L6-v2 these checks failed before the blocks had a fixed shape: encoded alone, 13
 of 60 STS-B sentences differed by up to 1.3e-7 from the same sentences encoded together.
@@ -122,8 +123,8 @@ def test_accelerator_path_run_on_the_cpu_gives_the_same_rows(tiny_bert):
     """The accelerator runner (a host thread preparing blocks, outputs kept on the device and
     reordered once at the end) checked on the CPU against the CPU runner: same rows, same
     order. Pinned memory and asynchronous copies only apply on CUDA and are not run here."""
-    from skbert._encoding import row_blocks
-    from skbert._inference import _NoBar, _run_on_accelerator, _run_on_cpu
+    from skbert._inference.predict import _NoBar, _run_on_accelerator, _run_on_cpu
+    from skbert._text.encoding import row_blocks
 
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
     network = est._inference_network(torch.device("cpu"), None)
@@ -148,7 +149,7 @@ def test_in_order_keeps_order_bounds_work_ahead_and_cancels_when_closed():
     import contextlib
     import threading
 
-    from skbert._inference import _in_order
+    from skbert._inference.predict import _in_order
 
     started, lock = [], threading.Lock()
 

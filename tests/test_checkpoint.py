@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from conftest import SMALL
 from loop_helpers import Net, needs_cpu_loss_scaling, one_thread  # noqa: F401 (an autouse fixture)
 
-from skbert._checkpoint import INFO_FILE, STATE_FILE, TrainingCheckpoint
-from skbert._training import TrainingConfig, length_grouped_batches, train
+from skbert._training.checkpoint import INFO_FILE, STATE_FILE, TrainingCheckpoint
+from skbert._training.loop import TrainingConfig, length_grouped_batches, train
 
 _GEN = torch.Generator().manual_seed(1)
 IDS = torch.randint(5, SMALL["vocab_size"], (32, 6), generator=_GEN)

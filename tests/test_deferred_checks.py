@@ -1,4 +1,4 @@
-"""The training loop's checks kept on the device (skbert._deferred_checks), as CUDA runs them
+"""The training loop's checks kept on the device (skbert._training.fault_checks), as CUDA runs them
 with fused AdamW, exercised on the CPU (whose fused AdamW, torch >= 2.4, skips a step on the
 same found_inf flag): the same errors at the same steps, weights left as before the bad step,
 the host reading the device every few steps only."""
@@ -19,10 +19,10 @@ from test_training_faults import (
     weights,
 )
 
-from skbert import _training
-from skbert._checkpoint import TrainingCheckpoint
-from skbert._deferred_checks import DeferredChecks
-from skbert._training import train
+import skbert._training.loop as _training
+from skbert._training.checkpoint import TrainingCheckpoint
+from skbert._training.fault_checks import DeferredChecks
+from skbert._training.loop import train
 from skbert.exceptions import TrainingDivergedError
 
 

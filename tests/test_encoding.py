@@ -1,9 +1,10 @@
-"""Padding-free prediction blocks of fixed shape: skbert._encoding.row_blocks and stack_rows."""
+"""Padding-free prediction blocks of fixed shape: skbert._text.encoding.row_blocks and
+stack_rows."""
 
 import numpy as np
 import pytest
 
-from skbert._encoding import row_blocks, stack_rows
+from skbert._text.encoding import row_blocks, stack_rows
 
 
 def random_lengths(seed, n=200, high=600):
@@ -109,7 +110,7 @@ TRICKY = [
 def test_fast_path_tokenizes_as_the_tokenizer_does(packaged_model, data_home):
     from transformers import AutoTokenizer
 
-    from skbert._encoding import _plain_backend, _tokenize
+    from skbert._text.encoding import _plain_backend, _tokenize
     from skbert.datasets import load_sst2
 
     tokenizer = AutoTokenizer.from_pretrained(packaged_model)
@@ -132,7 +133,7 @@ def test_blocks_are_tokenized_in_threads_when_the_tokenizer_runs_serially(
     import torch
     from transformers import AutoTokenizer
 
-    from skbert import _encoding
+    import skbert._text.encoding as _encoding
     from skbert.datasets import load_sst2
 
     tokenizer = AutoTokenizer.from_pretrained(packaged_model)
@@ -167,7 +168,7 @@ def test_blocks_are_tokenized_in_threads_when_the_tokenizer_runs_serially(
 def test_a_truncation_set_on_the_backend_does_not_apply(tiny_bert):
     from transformers import AutoTokenizer
 
-    from skbert._encoding import _plain_backend, _tokenize
+    from skbert._text.encoding import _plain_backend, _tokenize
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     tokenizer.backend_tokenizer.enable_truncation(3)  # as a tokenizer.json may set
@@ -184,9 +185,9 @@ def test_encoding_pauses_the_garbage_collector_and_restores_it(tiny_bert, enable
 
     from transformers import AutoTokenizer
 
-    from skbert._backbone import SpecialTokens
-    from skbert._encoding import encode_texts
-    from skbert._readout import Readout
+    from skbert._estimator.readout import Readout
+    from skbert._nn.backbone import SpecialTokens
+    from skbert._text.encoding import encode_texts
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     specials = SpecialTokens.from_tokenizer(tokenizer)

@@ -16,8 +16,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
-from skbert import BertSentenceTransformer, _feature_cache
-from skbert._feature_cache import (
+from skbert import BertSentenceTransformer
+from skbert._estimator.readout import Readout
+from skbert._storage import feature_cache as _feature_cache
+from skbert._storage.feature_cache import (
     FeatureCacheError,
     FeatureCacheWarning,
     FeatureStore,
@@ -27,7 +29,6 @@ from skbert._feature_cache import (
     select,
     text_digests,
 )
-from skbert._readout import Readout
 
 LABELLED = np.array(TEXTS * 3, dtype=object)
 LABELS = np.array([0, 1] * 12)

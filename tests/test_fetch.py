@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from skbert import _fetch
+import skbert._storage.fetch as _fetch
 from skbert.datasets import load_imdb_sample, load_snli, load_sst2, load_stsb, load_trec
 
 STS_ROW = "main-captions\tMSRvid\t2012test\t0001\t{score}\tA plane is taking off.\tAn air plane is taking off.\n"  # noqa: E501

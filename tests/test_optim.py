@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from skbert import layerwise_param_groups
-from skbert._backbone import load_backbone
+from skbert._nn.backbone import load_backbone
 from skbert.optim import parameter_depths
 
 

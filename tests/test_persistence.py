@@ -23,7 +23,7 @@ from sklearn.frozen import FrozenEstimator
 
 import skbert
 from skbert import BertSentenceTransformer, BertTextClassifier
-from skbert._persistence import _Reader, _Writer
+from skbert._estimator.persistence import _Reader, _Writer
 
 PAIRS = np.array([[a, b] for a, b in zip(TEXTS, TEXTS[::-1], strict=True)], dtype=object)
 SCORES = np.linspace(0.0, 5.0, len(PAIRS))

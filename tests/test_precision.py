@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from skbert._runtime import BF16_TRAINING_MIN_FLOPS, resolve_precision, training_flops
+from skbert._core.runtime import BF16_TRAINING_MIN_FLOPS, resolve_precision, training_flops
 
 
 def _model(hidden, layers, inner):

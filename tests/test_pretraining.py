@@ -386,7 +386,7 @@ def test_clone_unfits_the_model_parameter_and_frozen_estimator_keeps_it(tiny_ber
 
 
 def test_fast_masked_lm_loss_equals_the_models_own(tiny_model):
-    from skbert._network import MaskedLMNetwork
+    from skbert._nn.network import MaskedLMNetwork
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.validation import check_is_fitted
 
 from skbert import BertSentenceTransformer, BertTextClassifier
-from skbert._network import SiameseNetwork, TaskNetwork
+from skbert._nn.network import SiameseNetwork, TaskNetwork
 from skbert.exceptions import TrainingDivergedError
 
 POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
@@ -260,7 +260,7 @@ def test_a_diverged_siamese_fit_raises(tiny_bert, monkeypatch):
 
 
 def test_a_diverged_further_pretraining_writes_no_checkpoint(tiny_bert, monkeypatch, tmp_path):
-    from skbert._network import MaskedLMNetwork
+    from skbert._nn.network import MaskedLMNetwork
     from skbert.pretraining import further_pretrain
 
     _nan_after(monkeypatch, MaskedLMNetwork, "forward", 1)

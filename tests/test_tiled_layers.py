@@ -1,6 +1,7 @@
-"""Prediction's tiled BERT layers (skbert._tiled_layers) agree with the transformers forward,
-give every row the same bits whatever blocks come with it, apply only where they know the
-structure, and follow the weights when they change; duplicate rows are computed once."""
+"""Prediction's tiled BERT layers (skbert._inference.cpu.tiled_layers) agree with the
+transformers forward, give every row the same bits whatever blocks come with it, apply only
+where they know the structure, and follow the weights when they change; duplicate rows are
+computed once."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import torch
 from transformers import AutoModel
 
 from skbert import BertSentenceTransformer
-from skbert._cpu_products import ENV_VARIABLE, Blas, OneDnn, products_for_this_cpu
-from skbert._encoding import distinct_rows
-from skbert._inference import _block_groups
-from skbert._tiled_layers import _PLANS, tiled_forward
+from skbert._inference.cpu.products import ENV_VARIABLE, Blas, OneDnn, products_for_this_cpu
+from skbert._inference.cpu.tiled_layers import _PLANS, tiled_forward
+from skbert._inference.predict import _block_groups
+from skbert._text.encoding import distinct_rows
 
 KINDS = [
     Blas.name,
@@ -169,7 +170,7 @@ def test_transform_vectors_match_the_transformers_forward(packaged_model):
     tiled = est.transform(X)
     backbone = est.network_.backbone
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("skbert._network.tiled_forward", lambda *args: None)
+        patch.setattr("skbert._nn.network.tiled_forward", lambda *args: None)
         plain = est.transform(X)
     assert backbone in _PLANS and _PLANS[backbone][1] is not None
     np.testing.assert_allclose(tiled, plain, rtol=1e-4, atol=2e-6)
@@ -212,7 +213,7 @@ def test_repeated_texts_are_encoded_and_computed_once_with_the_same_bits(tiny_be
 
 
 def test_repeated_texts_and_pairs_count_in_the_truncation_report(tiny_bert):
-    from skbert._encoding import encode_texts
+    from skbert._text.encoding import encode_texts
 
     est = BertSentenceTransformer(tiny_bert, device="cpu", max_length=8).fit(["a"])
     long, short = "one two three four five six seven", "a cat"

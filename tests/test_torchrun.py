@@ -26,7 +26,7 @@ import pytest
 import torch
 from conftest import REPO, SMALL
 
-import skbert._distributed as distributed
+import skbert._training.distributed as distributed
 
 WORKER = REPO / "tests" / "torchrun_fit.py"
 #: the launch, two ranks on the loopback, is killed past this

@@ -14,8 +14,8 @@ from conftest import SMALL
 from loop_helpers import Net, needs_cpu_loss_scaling, one_thread  # noqa: F401 (an autouse fixture)
 from torch import nn
 
-from skbert._checkpoint import TrainingCheckpoint
-from skbert._training import TrainingConfig, length_grouped_batches, linear_schedule, train
+from skbert._training.checkpoint import TrainingCheckpoint
+from skbert._training.loop import TrainingConfig, length_grouped_batches, linear_schedule, train
 from skbert.exceptions import TrainingDivergedError
 
 _GEN = torch.Generator().manual_seed(1)

@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from skbert._validation import check_kernel_sizes, check_layers, check_texts
+from skbert._estimator.validation import check_kernel_sizes, check_layers, check_texts
 
 
 def test_list_of_texts():

@@ -102,7 +102,7 @@ def fit_all(model: str, watched: Path) -> dict:
 def threads_left_after_leaving() -> list | None:
     """The process group's threads (gloo's) still running once skbert left the group, as it
     does at exit: none, unless something holds the group past destroy_process_group()."""
-    import skbert._distributed as distributed
+    import skbert._training.distributed as distributed
 
     distributed._leave()
     if not os.path.isdir("/proc/self/task"):  # Linux only; the tests read it only there
@@ -146,7 +146,7 @@ def main(argv) -> None:
                 writes.append(os.fspath(args[0]))
 
     sys.addaudithook(audit)
-    import skbert._distributed as distributed
+    import skbert._training.distributed as distributed
 
     rows, share_of = [], distributed.Share.of
 

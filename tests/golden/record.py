@@ -38,7 +38,7 @@ def machine_signature() -> str:
     try:
         from skbert._inference.cpu.products import products_for_this_cpu
     except ImportError:  # the layout before the redesign
-        from skbert._cpu_products import products_for_this_cpu
+        from skbert._inference.cpu.products import products_for_this_cpu
     products = products_for_this_cpu().name
     return (
         f"torch {torch.__version__} | {torch.backends.cpu.get_cpu_capability()} | {products}"

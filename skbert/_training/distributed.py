@@ -2,7 +2,7 @@
 
 A script started with ``torchrun --nproc_per_node=N script.py`` runs N copies of itself, each
 told its rank by environment variables. When such a copy fits an skbert estimator, the training
-loop (:mod:`skbert._training`, the only user of this module) joins the launch's process group
+loop (:mod:`skbert._training.loop`, the only user of this module) joins the launch's process group
 (gloo for CPU tensors, NCCL for CUDA ones) and trains one model with
 :class:`~torch.nn.parallel.DistributedDataParallel`: every process draws the same global
 batches, computes the loss of its contiguous :class:`Share` of each, and DDP averages the

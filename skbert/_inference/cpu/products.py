@@ -1,8 +1,8 @@
 """The matrix products of the tiled CPU layers: torch's BLAS, or oneDNN with prepacked weights.
 
-:mod:`skbert._tiled_layers` runs every product of a BERT layer on tiles of a fixed number of
-tokens, so a weight can be laid out once for that tile size in the form the product kernel
-reads fastest, and a product can carry the operation that follows it (the bias, a residual
+:mod:`skbert._inference.cpu.tiled_layers` runs every product of a BERT layer on tiles of a
+fixed number of tokens, so a weight can be laid out once for that tile size in the form the product
+kernel reads fastest, and a product can carry the operation that follows it (the bias, a residual
 sum, GELU). oneDNN, which PyTorch ships for its CPU build, offers both
 (``torch.ops.mkldnn._linear_pointwise`` on a weight from ``_reorder_linear_weight``); torch's
 default BLAS (MKL) offers neither but is the better kernel on some CPUs.

@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from ._distributed import current_share, local_device
+from .._training.distributed import current_share, local_device
 
 __all__ = [
     "resolve_device",

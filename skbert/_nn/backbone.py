@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._fingerprint import directory_fingerprint
+from .._storage.fingerprint import directory_fingerprint
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 

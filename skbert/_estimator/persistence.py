@@ -10,7 +10,7 @@ A save is a folder::
 
 Nothing read back runs code from the files: the estimator's class comes from an allow-list,
 each value from a fixed set of tags, networks are rebuilt from their description with the
-classes of :mod:`skbert._network` and ``transformers.AutoModel.from_config``, their weights
+classes of :mod:`skbert._nn.network` and ``transformers.AutoModel.from_config``, their weights
 read with ``safetensors``, the tokenizer with ``AutoTokenizer`` (``trust_remote_code=False``).
 No ``pickle``, no ``torch.load(weights_only=False)``, no ``np.load(allow_pickle=True)``.
 
@@ -38,10 +38,10 @@ import torch
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from ._backbone import SpecialTokens, float32_weights, quiet_loading
-from ._network import SentenceEncoder, TaskNetwork
-from ._readout import Readout
-from ._validation import check_output_dir
+from .._nn.backbone import SpecialTokens, float32_weights, quiet_loading
+from .._nn.network import SentenceEncoder, TaskNetwork
+from .readout import Readout
+from .validation import check_output_dir
 
 __all__ = ["save", "load", "network_to_state", "network_from_state", "unsaved_attributes"]
 
@@ -187,7 +187,7 @@ def _move_into_place(partial: Path, target: Path) -> None:
 
 def _write_estimator(estimator, folder: Path, depth: int) -> None:
     """Write ``estimator``'s files into the existing folder ``folder``, the manifest last."""
-    from . import __version__
+    from .. import __version__
 
     check_is_fitted(estimator)
     if "network_" not in vars(estimator):
@@ -281,8 +281,8 @@ def _estimator_name(estimator, where: str) -> str:
 
 def _estimator_class(name):
     """The estimator class called ``name``, from the allow-list only."""
-    from .classifier import BertTextClassifier
-    from .sentence import BertSentenceTransformer
+    from ..classifier import BertTextClassifier
+    from ..sentence import BertSentenceTransformer
 
     classes = {cls.__name__: cls for cls in (BertSentenceTransformer, BertTextClassifier)}
     if not isinstance(name, str) or name not in classes:
@@ -388,7 +388,7 @@ def describe_network(network, where: str):
     -------
     description : dict
         Kind, read-out, backbone (class name, model type, ``config.to_dict()``) and, for a
-        :class:`~skbert._network.TaskNetwork`, outputs and dropout.
+        :class:`~skbert._nn.network.TaskNetwork`, outputs and dropout.
     tensors : dict of str to torch.Tensor
         ``network.state_dict()``, copied to the CPU.
     """

@@ -58,9 +58,9 @@ from pathlib import Path
 import filelock
 import numpy as np
 
-from ._readout import Readout
-from .exceptions import FeatureCacheError, FeatureCacheWarning
-from .pooling import FROZEN_POOLINGS
+from .._estimator.readout import Readout
+from ..exceptions import FeatureCacheError, FeatureCacheWarning
+from ..pooling import FROZEN_POOLINGS
 
 __all__ = [
     "FORMAT_VERSION",
@@ -472,7 +472,7 @@ def cache_key(readout: Readout, *, model: str, device: str, precision) -> dict:
         Its encoding settings; and for a readout that is not :func:`decomposable`, its own
         pooling and layers (stored as final vectors under their own key).
     model : str
-        The model's fingerprint (:mod:`skbert._fingerprint`).
+        The model's fingerprint (:mod:`skbert._storage.fingerprint`).
     device : str
         The device type (``"cpu"``, ``"cuda"``, ...).
     precision : torch.dtype or None

@@ -3,8 +3,8 @@
 How a text becomes a vector is set by eleven estimator parameters (truncation, lengths,
 layers, pooling, ...), some of which only mean something once the model is known
 (``max_length=None`` is the model's limit, ``layer=-1`` its last layer). ``fit`` resolves them
-into one frozen :class:`Readout`, which the encoding (:mod:`skbert._encoding`), the network
-(:mod:`skbert._network`) and the feature cache's key all read, so that no module interprets
+into one frozen :class:`Readout`, which the encoding (:mod:`skbert._text.encoding`), the network
+(:mod:`skbert._nn.network`) and the feature cache's key all read, so that no module interprets
 the raw parameters again.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validation import check_kernel_sizes, check_layers
-from .pooling import TRAINABLE_CHUNK_POOLINGS, TRAINABLE_POOLINGS
+from ..pooling import TRAINABLE_CHUNK_POOLINGS, TRAINABLE_POOLINGS
+from .validation import check_kernel_sizes, check_layers
 
 __all__ = ["Readout", "resolve_readout"]
 
@@ -112,7 +112,7 @@ def resolve_readout(params: dict, config, specials, max_model_length: int) -> Re
         The estimator's parameters (``get_params()``); the read-out ones are used.
     config : transformers.PretrainedConfig
         The model's configuration.
-    specials : skbert._backbone.SpecialTokens
+    specials : skbert._nn.backbone.SpecialTokens
         Where the tokenizer puts its special tokens.
     max_model_length : int
         The longest input the model accepts.

@@ -16,18 +16,18 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import HasMethods, Hidden, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
-from . import _persistence
-from ._backbone import SpecialTokens, load_backbone, model_max_length, quiet_loading
-from ._distributed import shared_seed
-from ._encoding import encode_texts, pad_batch
-from ._inference import low_precision_copy, predict_rows
-from ._network import SentenceEncoder
-from ._readout import resolve_readout
-from ._runtime import report, resolve_device, resolve_precision, training_flops
-from ._training import TrainingConfig
-from ._validation import check_output_dir
-from .pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
-from .truncation import STRATEGIES
+from .._core.runtime import report, resolve_device, resolve_precision, training_flops
+from .._inference.predict import low_precision_copy, predict_rows
+from .._nn.backbone import SpecialTokens, load_backbone, model_max_length, quiet_loading
+from .._nn.network import SentenceEncoder
+from .._text.encoding import encode_texts, pad_batch
+from .._training.distributed import shared_seed
+from .._training.loop import TrainingConfig
+from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
+from ..truncation import STRATEGIES
+from . import persistence as _persistence
+from .readout import resolve_readout
+from .validation import check_output_dir
 
 __all__ = ["BertEstimatorBase"]
 
@@ -178,11 +178,11 @@ class BertEstimatorBase(BaseEstimator):
     _NOT_IN_DATA_KEY = ("verbose", "checkpoint_dir", "checkpoint_steps", "memory", "random_state")
 
     def _checkpoint(self, first, second, targets, **task):
-        """The :class:`~skbert._checkpoint.TrainingCheckpoint` of ``checkpoint_dir`` for this
-        training data and task, or None without ``checkpoint_dir``."""
+        """The :class:`~skbert._training.checkpoint.TrainingCheckpoint` of ``checkpoint_dir``
+        for this training data and task, or None without ``checkpoint_dir``."""
         if self.checkpoint_dir is None:
             return None
-        from ._checkpoint import TrainingCheckpoint
+        from .._training.checkpoint import TrainingCheckpoint
 
         params = self.get_params(deep=False)
         params = {k: v for k, v in params.items() if k not in self._NOT_IN_DATA_KEY}
@@ -199,7 +199,7 @@ class BertEstimatorBase(BaseEstimator):
 
     def _data_key(self, first, second, targets, **task) -> str:
         """A hash of the training data and task, for the checkpoint's identity."""
-        from ._feature_cache import text_digests
+        from .._storage.feature_cache import text_digests
 
         digest = hashlib.blake2b(digest_size=20)
         digest.update(text_digests(first, second).tobytes())
@@ -223,7 +223,7 @@ class BertEstimatorBase(BaseEstimator):
         return self.top_learning_rate if old == "deprecated" else old
 
     def _training_config(self, device, dtype, **extra) -> TrainingConfig:
-        """The :class:`~skbert._training.TrainingConfig` of this estimator's parameters."""
+        """The :class:`~skbert._training.loop.TrainingConfig` of this estimator's parameters."""
         params = {
             "max_epochs": self.max_epochs,
             "batch_size": self.batch_size,
@@ -341,7 +341,7 @@ class BertEstimatorBase(BaseEstimator):
 
     def _forward_all(self, first, second=None, *, desc="Encoding", all_layers=False):
         """Network output for every text (or pair), float32, in input order (see
-        :func:`~skbert._inference.predict_rows`)."""
+        :func:`~skbert._inference.predict.predict_rows`)."""
         device, dtype = self._device_and_dtype(inference=True)
         network = self._inference_network(device, dtype)
         return predict_rows(

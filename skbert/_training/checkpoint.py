@@ -1,6 +1,6 @@
 """Checkpoint and resume of the training loop: the whole state in one file, written atomically.
 
-:class:`TrainingCheckpoint` is handed to :func:`skbert._training.train`, which writes a
+:class:`TrainingCheckpoint` is handed to :func:`skbert._training.loop.train`, which writes a
 snapshot every ``every_n_steps`` optimiser steps and at each epoch's end, and continues from
 the snapshot when one of the same run is there. A snapshot is ONE file that
 ``torch.load(..., weights_only=True)`` reads (tensors, numbers, strings, lists and dicts: no
@@ -25,9 +25,9 @@ import uuid
 import numpy as np
 import torch
 
-from ._distributed import current_share
-from ._fingerprint import weights_fingerprint
-from ._validation import check_output_dir
+from .._estimator.validation import check_output_dir
+from .._storage.fingerprint import weights_fingerprint
+from .distributed import current_share
 
 __all__ = ["TrainingCheckpoint", "encode_numpy_state", "decode_numpy_state"]
 
@@ -44,7 +44,7 @@ _IDENTITY_PARTS = {
 
 
 class TrainingCheckpoint:
-    """Where and how often :func:`~skbert._training.train` saves its state, to resume.
+    """Where and how often :func:`~skbert._training.loop.train` saves its state, to resume.
 
     Parameters
     ----------
@@ -71,7 +71,7 @@ class TrainingCheckpoint:
 
     Examples
     --------
-    >>> from skbert._checkpoint import TrainingCheckpoint
+    >>> from skbert._training.checkpoint import TrainingCheckpoint
     >>> checkpoint = TrainingCheckpoint("fit-state", every_n_steps=500, data_key="3f2a...")
     >>> checkpoint.stored_seed() is None  # nothing stored yet
     True
@@ -162,7 +162,7 @@ class TrainingCheckpoint:
         Returns
         -------
         dict or None
-            The snapshot that :func:`~skbert._training.train` wrote, on the CPU.
+            The snapshot that :func:`~skbert._training.loop.train` wrote, on the CPU.
 
         Raises
         ------

@@ -1,6 +1,6 @@
 """BERT-style encoder layers run over fixed-size tiles of tokens, for prediction on the CPU.
 
-A prediction call holds rows of many lengths (:func:`~skbert._encoding.row_blocks` groups them
+A prediction call holds rows of many lengths (:func:`~skbert._text.encoding.row_blocks` groups them
 in blocks of one length, the last block of each length filled up with repeats). Every part of
 a BERT layer but attention works on each token alone: the query/key/value, output and
 feed-forward products, the residual sums and the layer norms. Here those parts run on the
@@ -17,7 +17,7 @@ exact GELU: BERT, RoBERTa, MiniLM, ...), whose output it has checked against the
 transformers forward on a probe input (within the tolerance of its precision), on the CPU, in
 float32 or bfloat16 (the copy of the network that ``precision="bf16"`` predicts with), and
 never while training: anything else runs the transformers forward block by block. The matrix
-products run through :mod:`skbert._cpu_products` (oneDNN with prepacked weights on AVX-512
+products run through :mod:`skbert._inference.cpu.products` (oneDNN with prepacked weights on AVX-512
 CPUs, torch's BLAS elsewhere).
 """
 
@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._cpu_products import products_for_this_cpu
+from .products import products_for_this_cpu
 
 __all__ = ["tiled_forward"]
 
@@ -52,7 +52,7 @@ def tiled_forward(backbone, blocks, all_states: bool, tile: int):
     blocks : list of (input_ids, token_type_ids, n_real)
         Blocks without padding: ``input_ids`` of shape ``(rows, length)``, ``token_type_ids``
         alike or None; the first ``n_real`` rows are distinct, the rest repeat them in turn
-        (row ``r`` is row ``r % n_real``), as :func:`~skbert._encoding.row_blocks` makes them.
+        (row ``r`` is row ``r % n_real``), as :func:`~skbert._text.encoding.row_blocks` makes them.
     all_states : bool
         Also return every layer's states (``hidden_states``), as transformers does with
         ``output_hidden_states=True``.
@@ -154,7 +154,7 @@ def _block_states(states, span):
 
 class _LayerWeights:
     """One BERT layer (post-norm, exact GELU) as the tiled forward runs it, its products done
-    by ``products`` (:mod:`skbert._cpu_products`) on weights packed for the tile size."""
+    by ``products`` (:mod:`skbert._inference.cpu.products`) on weights packed for the tile size."""
 
     def __init__(self, layer, products):
         attention = layer.attention

@@ -7,10 +7,10 @@ import inspect
 import torch
 from torch import nn
 
-from ._fixed_blocks import in_fixed_blocks
-from ._readout import Readout
-from ._tiled_layers import tiled_forward
-from .pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling
+from .._estimator.readout import Readout
+from .._inference.cpu.fixed_blocks import in_fixed_blocks
+from .._inference.cpu.tiled_layers import tiled_forward
+from ..pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling
 
 __all__ = [
     "SentenceEncoder",
@@ -69,14 +69,15 @@ class SentenceEncoder(nn.Module):
         return self.readout.layers == (self.readout.n_hidden_states - 1,)
 
     def tiled_states(self, blocks, tile: int, all_layers: bool = False):
-        """Backbone outputs of prediction blocks from :func:`~skbert._tiled_layers.tiled_forward`
-        (token-wise layers over fixed tiles of all blocks' tokens), or None where that path
-        does not apply; pass each block's output to :meth:`encode_rows` (``outputs=``).
+        """Backbone outputs of prediction blocks from
+        :func:`~skbert._inference.cpu.tiled_layers.tiled_forward` (token-wise layers over fixed
+        tiles of all blocks' tokens), or None where that path does not apply; pass each block's
+        output to :meth:`encode_rows` (``outputs=``).
 
         Parameters
         ----------
         blocks : list of (input_ids, token_type_ids, n_real)
-            Padding-free blocks of :func:`~skbert._encoding.row_blocks`.
+            Padding-free blocks of :func:`~skbert._text.encoding.row_blocks`.
         tile : int
             Tokens per tile (a function of the device and model only).
         all_layers : bool, default=False

@@ -10,15 +10,15 @@ and the caller's RNG is untouched.
 A non-finite loss, gradient norm, weight or validation score stops training with
 :class:`~skbert.exceptions.TrainingDivergedError` at the step where it appears, so no model with
 NaN weights is ever returned. Where the device has fused AdamW (CUDA), that optimizer is used
-and the checks stay on the device, read back every few steps (:mod:`skbert._deferred_checks`),
+and the checks stay on the device, read back every few steps (:mod:`skbert._training.fault_checks`),
 so the host never waits for the device in a step. With a
-:class:`~skbert._checkpoint.TrainingCheckpoint` the whole training state is written at
+:class:`~skbert._training.checkpoint.TrainingCheckpoint` the whole training state is written at
 intervals, and a later call continues from it to the same result as an uninterrupted run.
 
 In a ``torchrun`` launch the loop trains one model across the processes
-(:mod:`skbert._distributed`): every rank draws the same global batches and computes its share
-of each, DistributedDataParallel reduces the gradients to those of the whole batch, the loss
-and validation score are summed over the ranks, so that every decision (a divergence, early
+(:mod:`skbert._training.distributed`): every rank draws the same global batches and computes
+its share of each, DistributedDataParallel reduces the gradients to those of the whole batch, the
+loss and validation score are summed over the ranks, so that every decision (a divergence, early
 stopping) is the same on each, and only rank 0 writes checkpoints or prints.
 """
 
@@ -33,12 +33,12 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import torch
 
-from ._checkpoint import decode_numpy_state, encode_numpy_state
-from ._deferred_checks import READ_EVERY, DeferredChecks
-from ._distributed import StepLoss, check_agree, join, sum_over_ranks
-from ._runtime import autocast, progress, report
-from .exceptions import TrainingDivergedError
-from .optim import layerwise_param_groups
+from .._core.runtime import autocast, progress, report
+from ..exceptions import TrainingDivergedError
+from ..optim import layerwise_param_groups
+from .checkpoint import decode_numpy_state, encode_numpy_state
+from .distributed import StepLoss, check_agree, join, sum_over_ranks
+from .fault_checks import READ_EVERY, DeferredChecks
 
 __all__ = [
     "TrainingConfig",
@@ -202,7 +202,7 @@ def train(
     config : TrainingConfig
     validate : callable ``(network, share) -> (total, count)`` or None
         The sum of a held-out score over the rows of ``share`` (a
-        :class:`~skbert._distributed.Share`: ``share.rows(n)`` picks this process's rows),
+        :class:`~skbert._training.distributed.Share`: ``share.rows(n)`` picks this process's rows),
         and their number; the score is ``total / count`` summed over the processes (higher is
         better). Called in eval mode after each epoch.
     seed : int
@@ -210,7 +210,7 @@ def train(
         the same on every rank of a launch (dropout draws from ``seed + rank``).
     desc : str
         Label of the progress bar and of error messages.
-    checkpoint : skbert._checkpoint.TrainingCheckpoint or None
+    checkpoint : skbert._training.checkpoint.TrainingCheckpoint or None
         Write the training state there at intervals; if it holds the state of this same run
         (same data key, settings, seed and initial weights), continue from it.
 

@@ -15,8 +15,8 @@ import types
 import numpy as np
 import torch
 
-from ._encoding import Encoded, distinct_rows, row_blocks, stack_rows
-from ._runtime import progress, training_flops
+from .._core.runtime import progress, training_flops
+from .._text.encoding import Encoded, distinct_rows, row_blocks, stack_rows
 
 __all__ = [
     "BLOCK_TOKENS",
@@ -37,7 +37,7 @@ def low_precision_copy(network: torch.nn.Module, device: torch.device, dtype) ->
     Parameters
     ----------
     network : torch.nn.Module
-        A :class:`~skbert._network.SentenceEncoder` or :class:`~skbert._network.TaskNetwork`.
+        A :class:`~skbert._nn.network.SentenceEncoder` or :class:`~skbert._nn.network.TaskNetwork`.
     device : torch.device
         Where to run.
     dtype : torch.dtype or None
@@ -59,9 +59,9 @@ def low_precision_copy(network: torch.nn.Module, device: torch.device, dtype) ->
 
 #: Token positions per forward pass in prediction, by device type, for a model of
 #: all-MiniLM-L6-v2's size or larger; on the CPU also the tile of the token-wise layers of
-#: :mod:`skbert._tiled_layers`. The CPU runs one group of blocks per core, single-threaded:
-#: 256 positions was the fastest block for all-MiniLM-L6-v2 on a 2-core AMD EPYC (4,400
-#: tokens/s, against 2,500 at 64 and 4,000 at 512); with the tiled layers, tiles of 512 and
+#: :mod:`skbert._inference.cpu.tiled_layers`. The CPU runs one group of blocks per core,
+#: single-threaded: 256 positions was the fastest block for all-MiniLM-L6-v2 on a 2-core AMD EPYC
+#: (4,400 tokens/s, against 2,500 at 64 and 4,000 at 512); with the tiled layers, tiles of 512 and
 #: 1,024 tokens were no faster, and 256 keeps one short text at the cost of one tile.
 #: Accelerators get large blocks (not yet measured: no GPU to measure on so far).
 BLOCK_TOKENS = {"cpu": 256}
@@ -112,16 +112,16 @@ def predict_rows(
     """The network's output for every text of ``encoded``, float32, in input order.
 
     Rows (a text, or each chunk of one) are encoded in blocks of one length and a fixed number
-    of rows per length (:func:`~skbert._encoding.row_blocks`), then the chunks of each text are
-    pooled and, for a :class:`~skbert._network.TaskNetwork`, the output layer applied, in
+    of rows per length (:func:`~skbert._text.encoding.row_blocks`), then the chunks of each text are
+    pooled and, for a :class:`~skbert._nn.network.TaskNetwork`, the output layer applied, in
     blocks of fixed size too. Every row is thus computed with the same shapes whatever else is
     encoded with it: ``predict_rows(X)[i]`` equals ``predict_rows([X[i]])[0]`` bit for bit, so
     cached and new vectors mix freely, and a row met several times is computed once. On the
     CPU each core runs its own groups of blocks with one thread (faster than sharing every
     product among the cores, and it keeps the bits independent of the number of cores),
-    through :mod:`skbert._tiled_layers` where it applies; on an accelerator, the next blocks
-    are prepared on the host while the device works, and the outputs stay on the device until
-    the end.
+    through :mod:`skbert._inference.cpu.tiled_layers` where it applies; on an accelerator, the
+    next blocks are prepared on the host while the device works, and the outputs stay on the device
+    until the end.
 
     Parameters
     ----------

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .truncation import split_chunks, truncate, truncate_pair
+from ..truncation import split_chunks, truncate, truncate_pair
 
 __all__ = [
     "Encoded",
