@@ -14,7 +14,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import check_is_fitted
 
 from ._estimator.base import BertEstimatorBase
-from ._estimator.targets import check_class_labels
+from ._estimator.targets import check_class_labels, check_validation_split
 from ._estimator.validation import check_texts
 from ._inference.predict import low_precision_copy, predict_rows
 from ._nn.backbone import DEFAULT_MODEL
@@ -413,6 +413,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         y, multilabel = check_class_labels(
             y, len(first), allow_multilabel=True, estimator="BertTextClassifier"
         )
+        if self.early_stopping:
+            check_validation_split(y, self.validation_fraction, multilabel=multilabel)
         continuing = self._continuing()
         if continuing and self.pairs_ != (second is not None):
             raise ValueError(

@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted, check_memory
 
 from ._core.runtime import report
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
-from ._estimator.targets import check_class_labels, check_gold_scores, check_scores
+from ._estimator.targets import check_class_labels, check_gold_scores, check_scores, holds_scores
 from ._estimator.validation import check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
@@ -444,7 +444,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                 "scores for sentence pairs, or class labels), or use fine_tune='none'."
             )
         # float y = similarity scores (even when whole numbers); ints / strings = classes
-        continuous = np.asarray(y).dtype.kind == "f"
+        continuous = holds_scores(y, "BertSentenceTransformer")
         objective = self.objective
         if objective == "auto":
             if second is None:
@@ -455,8 +455,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             raise ValueError(f"objective={objective!r} needs sentence pairs (2-column X).")
         if objective == "softmax" and second is not None:
             raise ValueError("objective='softmax' takes single texts; X has 2 columns.")
-        if objective != "cosine" and continuous:
-            raise ValueError(
+        if objective != "cosine" and continuous and np.isfinite(np.asarray(y)).all():
+            raise ValueError(  # (a NaN or inf: check_class_labels names its position)
                 f"objective={objective!r} needs class labels, but y holds continuous values; "
                 "similarity scores train objective='cosine' on sentence pairs."
             )

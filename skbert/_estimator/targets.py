@@ -1,27 +1,94 @@
 """Checks of the targets ``y``: class labels, multi-label indicators and similarity scores.
 
 Each check gives the error scikit-learn's own estimators and metrics give (or a clearer one that
-names the position), instead of a raw comparison error or a model that learned nothing.
+names the position), instead of a raw comparison error or a model that learned nothing. Used by
+:class:`~skbert.BertTextClassifier` and :class:`~skbert.BertSentenceTransformer` before they
+train (or score); :func:`check_validation_split` checks the classifier's ``early_stopping``
+split of ``y`` before it is drawn.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 from sklearn.utils.multiclass import type_of_target
 
-__all__ = ["check_class_labels", "check_scores", "check_gold_scores"]
+__all__ = [
+    "check_class_labels",
+    "check_gold_scores",
+    "check_scores",
+    "check_validation_split",
+    "holds_scores",
+]
+
+_MULTILABEL_SHAPES = (
+    "y takes 1-D labels (one per sample) or, for multi-label, a 2-D binary indicator matrix "
+    "(one column per label, values 0/1). For lists of label sets, make that matrix with "
+    "sklearn.preprocessing.MultiLabelBinarizer: y = MultiLabelBinarizer().fit_transform(y)."
+)
 
 
-def _as_array(y, n_samples: int | None, name: str = "y") -> np.ndarray:
+def _single_target_shapes(estimator: str) -> str:
+    return (
+        f"{estimator} takes a 1-D y: one class label or similarity score per sample. "
+        "Multi-label targets (a set of labels per text) train BertTextClassifier, as a 2-D "
+        "binary indicator matrix (sklearn.preprocessing.MultiLabelBinarizer makes one)."
+    )
+
+
+def _describe_item(item) -> str:
+    if isinstance(item, (str, bytes)) or not hasattr(item, "__len__"):
+        return f"the single value {item!r}"
+    return f"a {type(item).__name__} of length {len(item)}"
+
+
+def _first_mismatch(items, path: tuple):
+    """Positions of the first two items of one level that differ in length, or None."""
+    try:
+        items = list(items)
+    except TypeError:
+        return None
+    lengths = {}
+    for i, item in enumerate(items):
+        size = None if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") else len(item)
+        lengths.setdefault(size, i)
+        if len(lengths) > 1:
+            (a, b) = lengths.values()
+            return (*path, a), items[a], (*path, b), items[b]
+    for i, item in enumerate(items):
+        if not isinstance(item, (str, bytes)) and hasattr(item, "__len__"):
+            found = _first_mismatch(item, (*path, i))
+            if found is not None:
+                return found
+    return None
+
+
+def _asarray(y, name: str, shapes: str) -> np.ndarray:
+    """``np.asarray(y)``, with an error that says ``y`` is ragged (and what it may be)."""
+    try:
+        return np.asarray(y)
+    except ValueError as error:
+        found = _first_mismatch(y, ())
+        if found is None:
+            raise
+        pos_a, item_a, pos_b, item_b = found
+        where = ", ".join(map(str, pos_a)), ", ".join(map(str, pos_b))
+        raise ValueError(
+            f"{name} is ragged: {name}[{where[0]}] is {_describe_item(item_a)} but "
+            f"{name}[{where[1]}] is {_describe_item(item_b)}. {shapes}"
+        ) from error
+
+
+def _as_array(y, n_samples: int | None, name: str = "y", *, shapes: str) -> np.ndarray:
     if y is None:
         raise ValueError(f"{name} is required: pass one target per sample.")
     if isinstance(y, (str, bytes)):
         raise TypeError(
             f"{name} must be an array-like of targets, got a single {type(y).__name__}."
         )
-    raw = np.asarray(y)
+    raw = _asarray(y, name, shapes)
     y = np.asarray(y, dtype=object) if raw.dtype.kind in "OUS" else raw
     if y.ndim == 0:
         raise ValueError(f"{name} must be an array-like of targets, got the scalar {y.item()!r}.")
@@ -30,11 +97,46 @@ def _as_array(y, n_samples: int | None, name: str = "y") -> np.ndarray:
     return y
 
 
-def _check_missing(y: np.ndarray, name: str) -> None:
-    for i, value in enumerate(y.ravel()):
-        if value is None or (isinstance(value, numbers.Real) and np.isnan(value)):
-            pos = ", ".join(str(int(p)) for p in np.unravel_index(i, y.shape))
-            raise ValueError(f"{name}[{pos}] is missing ({value!r}); every sample needs a target.")
+def _undefined(value) -> bool:
+    """None, NaN or infinite (an int is always finite, however large)."""
+    if value is None:
+        return True
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return not math.isfinite(value)
+    return False
+
+
+def _check_defined(y: np.ndarray, name: str) -> None:
+    if y.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(y.ravel()))
+        first = int(bad[0]) if len(bad) else None
+    elif y.dtype == object:
+        first = next((i for i, value in enumerate(y.ravel()) if _undefined(value)), None)
+    else:  # ints, bools: always defined
+        first = None
+    if first is None:
+        return
+    value = y.ravel()[first]
+    shown = None if value is None else float(value)
+    pos = ", ".join(str(int(p)) for p in np.unravel_index(first, y.shape))
+    if shown is None or math.isnan(shown):
+        raise ValueError(f"{name}[{pos}] is missing ({shown!r}); every sample needs a target.")
+    raise ValueError(
+        f"{name}[{pos}] is {shown!r}, which is not a class label (nor a similarity score): "
+        "every target must be finite. Drop or fix that sample."
+    )
+
+
+def holds_scores(y, estimator: str) -> bool:
+    """Whether ``y`` holds floats, which :class:`~skbert.BertSentenceTransformer` takes as
+    similarity scores (even whole numbers); ints and strings are class labels.
+
+    Raises
+    ------
+    ValueError
+        If ``y`` is ragged (lists of different lengths), with the shapes ``y`` may have.
+    """
+    return _asarray(y, "y", _single_target_shapes(estimator)).dtype.kind == "f"
 
 
 def _label_kind(value) -> str:
@@ -86,11 +188,13 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
     Raises
     ------
     ValueError
-        For a wrong length, a missing label, more than 2 dimensions, mixed label types,
-        continuous values, a 2-D y that is not an indicator matrix, or a single class.
+        For a wrong length, a ragged y, a missing or infinite label, more than 2 dimensions,
+        mixed label types, continuous values, a 2-D y that is not an indicator matrix, or a
+        single class.
     """
-    y = _as_array(y, n_samples)
-    _check_missing(y, "y")
+    shapes = _MULTILABEL_SHAPES if allow_multilabel else _single_target_shapes(estimator)
+    y = _as_array(y, n_samples, shapes=shapes)
+    _check_defined(y, "y")
     if y.ndim > 2:
         raise ValueError(
             f"y has {y.ndim} dimensions (shape {y.shape}); expected a 1-D array of labels"
@@ -102,7 +206,9 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
         if type_of_target(y) != "multilabel-indicator":
             raise ValueError(
                 "a 2-D y must be a binary indicator matrix (multi-label: one column per "
-                "label, values 0/1)."
+                "label, values 0/1). For lists of label sets, make that matrix with "
+                "sklearn.preprocessing.MultiLabelBinarizer: y = MultiLabelBinarizer()"
+                ".fit_transform(y)."
             )
         return y.astype(np.float32), True
     y = y.ravel()
@@ -123,7 +229,7 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
 
 def _finite_scores(y, n_samples: int, what: str) -> np.ndarray:
     """``y`` as 1-D finite float64 scores, with errors that say which ``what``."""
-    y = _as_array(y, n_samples)
+    y = _as_array(y, n_samples, shapes=f"y takes 1-D {what}: one per sentence pair.")
     if y.ndim != 1:
         raise ValueError(f"{what} y must be 1-D; got shape {y.shape}.")
     y = y.astype(np.float64)
@@ -161,3 +267,106 @@ def check_gold_scores(y, n_samples: int) -> np.ndarray:
         them too).
     """
     return _finite_scores(y, n_samples, "gold scores")
+
+
+def _split_sizes(n_samples: int, fraction: float) -> tuple[int, int]:
+    """(train, validation) sizes, as :func:`sklearn.model_selection.train_test_split` draws."""
+    n_validation = math.ceil(fraction * n_samples)
+    return n_samples - n_validation, n_validation
+
+
+def _fits(n_samples: int, fraction: float, n_classes: int) -> bool:
+    n_train, n_validation = _split_sizes(n_samples, fraction)
+    return n_train >= n_classes and n_validation >= n_classes
+
+
+def _fraction_that_fits(n_samples: int, n_classes: int, *, smallest: bool) -> float | None:
+    """A round ``validation_fraction`` at the edge of those whose split fits, or None."""
+    edge = (n_classes if smallest else n_samples - n_classes) / n_samples
+    rounded = (math.ceil if smallest else math.floor)(round(edge * 100, 6)) / 100
+    for fraction in (round(edge, 3), rounded, edge):
+        if 0 < fraction < 1 and _fits(n_samples, fraction, n_classes):
+            return fraction
+    return None
+
+
+def _samples_that_fit(fraction: float, n_classes: int) -> int:
+    """The fewest samples whose split by ``fraction`` holds every class on both sides."""
+    n = max(2 * n_classes, math.floor((n_classes - 1) / fraction) + 1)
+    n = max(n, math.ceil(n_classes / (1 - fraction)))
+    while not _fits(n, fraction, n_classes):
+        n += 1
+    return n
+
+
+def check_validation_split(y: np.ndarray, validation_fraction: float, *, multilabel: bool):
+    """That ``early_stopping`` can hold out ``validation_fraction`` of ``y``.
+
+    The split is :func:`sklearn.model_selection.train_test_split` (stratified for single-label
+    y); this checks its conditions, in its order, before it is drawn, with errors that name
+    ``validation_fraction`` and what to change instead of scikit-learn's internal ``test_size``.
+
+    Parameters
+    ----------
+    y : ndarray
+        Targets as :func:`check_class_labels` returns them.
+    validation_fraction : float
+        Share held out, in (0, 1).
+    multilabel : bool
+        Whether ``y`` is an indicator matrix (split without stratification).
+
+    Raises
+    ------
+    ValueError
+        If no sample is left to train on, a class has a single sample, or the training or
+        validation part is smaller than the number of classes.
+    """
+    n = len(y)
+    n_train, n_validation = _split_sizes(n, validation_fraction)
+    held_out = (
+        f"early_stopping=True holds out validation_fraction={validation_fraction!r} of the {n} "
+        f"samples for validation: ceil({validation_fraction!r} * {n}) = {n_validation}"
+    )
+    if n_train == 0:
+        raise ValueError(
+            f"{held_out}, which leaves none to train on. Use a smaller validation_fraction, "
+            "more data, or early_stopping=False."
+        )
+    if multilabel:
+        return
+    classes, counts = np.unique(y, return_counts=True)
+    if counts.min() < 2:
+        single = classes[counts < 2].tolist()
+        raise ValueError(
+            f"early_stopping=True holds out a stratified validation split (validation_fraction="
+            f"{validation_fraction!r}), so every class needs at least 2 samples, one to train on "
+            f"and one to validate; y has a single sample of {single}. Add samples of "
+            f"{'that class' if len(single) == 1 else 'those classes'}, or use "
+            "early_stopping=False."
+        )
+    n_classes = len(classes)
+    if n_train >= n_classes and n_validation >= n_classes:
+        return
+    if n_validation < n_classes:
+        problem = (
+            f"{held_out}, fewer than the {n_classes} classes of y; the split is stratified "
+            "and holds at least one sample of each class"
+        )
+        fraction = _fraction_that_fits(n, n_classes, smallest=True)
+        larger_or_smaller = f"a larger validation_fraction (e.g. {fraction!r}, which holds out"
+    else:
+        problem = (
+            f"{held_out}, which leaves {n_train} to train on, fewer than the {n_classes} "
+            "classes of y; the split is stratified and trains on at least one sample of each"
+        )
+        fraction = _fraction_that_fits(n, n_classes, smallest=False)
+        larger_or_smaller = f"a smaller validation_fraction (e.g. {fraction!r}, which holds out"
+    options = []
+    if fraction is not None:  # every class has 2 samples, so k / n fits (but for rounding)
+        options.append(f"{larger_or_smaller} {_split_sizes(n, fraction)[1]})")
+    more = _samples_that_fit(validation_fraction, n_classes)
+    options += [
+        f"more data (at least {more} samples with validation_fraction={validation_fraction!r})",
+        "early_stopping=False",
+    ]
+    raise ValueError(f"{problem}. Use {', '.join(options[:-1])}, or {options[-1]}.")

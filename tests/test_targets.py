@@ -1,0 +1,219 @@
+"""Checks of the targets (skbert/_estimator/targets.py): errors that name the position of a bad
+target, say what ``y`` may be, and name ``validation_fraction`` when early stopping's split is
+too small (issue 27)."""
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.model_selection import train_test_split
+
+from skbert import BertSentenceTransformer, BertTextClassifier
+from skbert._estimator.targets import (
+    check_class_labels,
+    check_gold_scores,
+    check_scores,
+    check_validation_split,
+    holds_scores,
+)
+
+TEXTS = ["great film", "a good movie", "bad dog", "the cat", "not good", "love it"]
+PAIRS = [(a, b) for a, b in zip(TEXTS, TEXTS[::-1], strict=True)]
+FAST = {"device": "cpu", "batch_size": 4, "max_epochs": 1, "random_state": 0}
+
+
+def labels(**kw):
+    return check_class_labels(kw.pop("y"), kw.pop("n", 6), estimator="BertTextClassifier", **kw)
+
+
+# ---------------------------------------------------------------- missing and infinite targets
+@pytest.mark.parametrize("allow_multilabel", [True, False])
+@pytest.mark.parametrize(
+    "y", [[0.0, 1.0, np.nan, 1.0], [0, 1, None, 1], np.array(["a", "b", np.nan, "a"], dtype=object)]
+)
+def test_missing_label_names_the_position(y, allow_multilabel):
+    with pytest.raises(ValueError, match=r"^y\[2\] is missing \((nan|None)\); every sample needs"):
+        labels(y=y, n=4, allow_multilabel=allow_multilabel)
+
+
+@pytest.mark.parametrize("inf", [np.inf, -np.inf, float("inf")])
+@pytest.mark.parametrize("dtype", [float, object, np.float32])
+def test_infinite_label_names_the_position_and_says_it_is_no_label(inf, dtype):
+    y = np.array([0, 1, 1, inf], dtype=dtype)
+    with pytest.raises(ValueError, match=r"^y\[3\] is -?inf, which is not a class label \(nor a "):
+        labels(y=y, n=4, allow_multilabel=True)
+
+
+def test_infinite_indicator_names_row_and_column():
+    y = np.array([[0, 1], [1, np.inf], [1, 0]])
+    with pytest.raises(ValueError, match=r"^y\[1, 1\] is inf, .*must be finite"):
+        labels(y=y, n=3, allow_multilabel=True)
+
+
+def test_big_ints_are_finite_labels():
+    y, _ = labels(y=np.array([10**400, 1] * 3, dtype=object), allow_multilabel=False)
+    assert len(y) == 6
+
+
+def test_scores_name_nan_and_inf_positions():
+    with pytest.raises(ValueError, match=r"^y\[1\] is inf; similarity scores must be finite"):
+        check_scores([0.0, np.inf, 1.0], 3)
+    with pytest.raises(ValueError, match=r"^y\[0\] is nan; gold scores must be finite"):
+        check_gold_scores([np.nan, 1.0], 2)
+
+
+# ------------------------------------------------------------------------------ ragged targets
+RAGGED = [["a"], ["a", "b"], []]
+
+
+def test_ragged_label_sets_point_to_the_indicator_matrix():
+    with pytest.raises(ValueError) as info:
+        labels(y=RAGGED, n=3, allow_multilabel=True)
+    message = str(info.value)
+    assert message.startswith("y is ragged: y[0] is a list of length 1 but y[1] is a list of")
+    assert "1-D labels" in message and "2-D binary indicator matrix" in message
+    assert "sklearn.preprocessing.MultiLabelBinarizer" in message
+
+
+def test_ragged_is_found_deeper_and_next_to_single_values():
+    with pytest.raises(ValueError, match=r"^y is ragged: y\[0\] is the single value .a. but"):
+        labels(y=["a", ["a", "b"]], n=2, allow_multilabel=True)
+    with pytest.raises(ValueError, match=r"^y is ragged: y\[0, 0\] is a list of length 1 but"):
+        labels(y=[[["a"], ["b", "c"]], [["a"], ["b"]]], n=2, allow_multilabel=True)
+
+
+def test_ragged_without_multilabel_names_the_estimator_and_the_classifier():
+    for check in (
+        lambda: check_class_labels(RAGGED, 3, allow_multilabel=False, estimator="Est"),
+        lambda: holds_scores(RAGGED, "Est"),
+    ):
+        with pytest.raises(ValueError, match=r"^y is ragged: .*Est takes a 1-D y.*TextClassifier"):
+            check()
+    with pytest.raises(ValueError, match=r"^y is ragged: .*y takes 1-D gold scores"):
+        check_gold_scores([[1.0], [1.0, 2.0]], 2)
+
+
+def test_label_sets_of_one_length_are_no_indicator_matrix():
+    with pytest.raises(ValueError, match=r"binary indicator matrix .*MultiLabelBinarizer"):
+        labels(y=[["a", "b"], ["b", "c"], ["a", "c"]], n=3, allow_multilabel=True)
+
+
+def test_holds_scores():
+    assert holds_scores([0.5, 1.0], "Est") and holds_scores(np.array([1.0, 2.0]), "Est")
+    assert not holds_scores([0, 1], "Est") and not holds_scores(["a", "b"], "Est")
+
+
+# ------------------------------------------------------------------ early stopping's split
+def test_validation_split_smaller_than_the_classes_says_what_to_change():
+    y = np.array([0, 1] * 4)
+    with pytest.raises(ValueError) as info:
+        check_validation_split(y, 0.1, multilabel=False)
+    message = str(info.value)
+    assert message.startswith(
+        "early_stopping=True holds out validation_fraction=0.1 of the 8 samples for validation: "
+        "ceil(0.1 * 8) = 1, fewer than the 2 classes of y"
+    )
+    assert "a larger validation_fraction (e.g. 0.25, which holds out 2)" in message
+    assert "more data (at least 11 samples with validation_fraction=0.1)" in message
+    assert message.endswith("or early_stopping=False.")
+    check_validation_split(y, 0.25, multilabel=False)
+    check_validation_split(np.array([0, 1] * 6)[:11], 0.1, multilabel=False)
+
+
+def test_validation_split_leaving_too_few_to_train_on():
+    y = np.array([0, 1, 2] * 3)
+    with pytest.raises(
+        ValueError,
+        match=r"= 8, which leaves 1 to train on, fewer than the 3 classes .*"
+        r"a smaller validation_fraction \(e\.g\. 0\.66, which holds out 6\)",
+    ):
+        check_validation_split(y, 0.8, multilabel=False)
+    with pytest.raises(ValueError, match=r"= 9, which leaves none to train on.*smaller valid"):
+        check_validation_split(y, 0.95, multilabel=True)
+
+
+def test_validation_split_class_of_one_sample():
+    y = np.array(["a"] * 7 + ["b"])
+    with pytest.raises(
+        ValueError,
+        match=r"at least 2 samples.*a single sample of \['b'\]\. Add "
+        r"samples of that class, or use early_stopping=False",
+    ):
+        check_validation_split(y, 0.5, multilabel=False)
+
+
+def test_validation_split_refuses_exactly_what_train_test_split_refuses():
+    """The check mirrors scikit-learn's conditions: never refuses a split it would draw."""
+    for n, n_classes, fraction in itertools.product(
+        range(2, 16), range(1, 5), [0.01, 0.1, 0.125, 0.2, 0.25, 0.3, 1 / 3, 0.5, 0.7, 0.9, 0.99]
+    ):
+        y = np.arange(n) % n_classes
+        for multilabel in (False, True):
+            try:
+                train_test_split(
+                    np.arange(n), test_size=fraction, stratify=None if multilabel else y
+                )
+            except ValueError:
+                with pytest.raises(ValueError, match="early_stopping"):
+                    check_validation_split(y, fraction, multilabel=multilabel)
+            else:
+                check_validation_split(y, fraction, multilabel=multilabel)
+
+
+# --------------------------------------------------------------------- through the estimators
+@pytest.mark.parametrize(
+    ("y", "match"),
+    [
+        ([0, 1, np.nan, 1, 0, 1], r"y\[2\] is missing \(nan\)"),
+        ([0, 1, np.inf, 1, 0, 1], r"y\[2\] is inf, which is not a class label"),
+        (RAGGED * 2, r"y is ragged: .*MultiLabelBinarizer"),
+    ],
+)
+def test_classifier_fit_names_the_bad_target(tiny_bert, y, match):
+    with pytest.raises(ValueError, match=match):
+        BertTextClassifier(tiny_bert, **FAST).fit(TEXTS, y)
+
+
+def test_classifier_early_stopping_on_too_few_samples(tiny_bert):
+    clf = BertTextClassifier(tiny_bert, early_stopping=True, **FAST)
+    with pytest.raises(
+        ValueError,
+        match=r"validation_fraction=0\.1 of the 8 samples.*fewer than "
+        r"the 2 classes.*larger validation_fraction.*early_stopping=False",
+    ):
+        clf.fit(TEXTS + TEXTS[:2], [0, 1] * 4)
+    assert not hasattr(clf, "network_")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.set_params(validation_fraction=0.25).fit(TEXTS + TEXTS[:2], [0, 1] * 4)
+    assert len(clf.validation_scores_) >= 1
+
+
+@pytest.mark.parametrize(
+    ("pairs", "objective"),
+    [(False, "auto"), (False, "softmax"), (True, "auto"), (True, "pair-softmax"), (True, "cosine")],
+)
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_sentence_fit_names_the_bad_target(tiny_bert, pairs, objective, bad):
+    X = PAIRS if pairs else TEXTS
+    est = BertSentenceTransformer(tiny_bert, fine_tune="full", objective=objective, **FAST)
+    scores = pairs and objective in ("auto", "cosine")  # float y on pairs: similarity scores
+    if scores:
+        match = rf"y\[2\] is {bad}; similarity scores must be finite"
+    elif np.isnan(bad):
+        match = r"y\[2\] is missing \(nan\); every sample needs a target"
+    else:
+        match = r"y\[2\] is inf, which is not a class label \(nor a similarity score\)"
+    with pytest.raises(ValueError, match=match):
+        est.fit(X, [0, 1, bad, 1, 0, 1])
+
+
+@pytest.mark.parametrize("X", [TEXTS[:3], PAIRS[:3]])
+def test_sentence_fit_and_score_refuse_ragged_y(tiny_bert, X):
+    est = BertSentenceTransformer(tiny_bert, fine_tune="full", **FAST)
+    with pytest.raises(ValueError, match=r"^y is ragged: .*BertSentenceTransformer takes a 1-D y"):
+        est.fit(X, RAGGED)
+    frozen = BertSentenceTransformer(tiny_bert, **FAST).fit(TEXTS)
+    with pytest.raises(ValueError, match=r"^y is ragged: .*gold scores"):
+        frozen.score(PAIRS[:3], [[1.0], [1.0, 2.0], []])
