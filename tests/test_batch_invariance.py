@@ -145,23 +145,3 @@ def test_accelerator_path_run_on_the_cpu_gives_the_same_rows(tiny_bert):
         torch.set_num_threads(threads)
     assert other.shape == on_cpu.shape == (len(rows), network.output_dim)
     torch.testing.assert_close(other, on_cpu, rtol=0, atol=0)
-
-
-def test_in_order_keeps_order_bounds_work_ahead_and_cancels_when_closed():
-    import contextlib
-    import threading
-
-    from skbert._inference.ordered import in_order
-
-    started, lock = [], threading.Lock()
-
-    def square(x):
-        with lock:
-            started.append(x)
-        return x * x
-
-    assert list(in_order(square, range(50), 2, "t")) == [(x, x * x) for x in range(50)]
-    started.clear()
-    with contextlib.closing(in_order(square, range(1000), 2, "t")) as results:
-        assert next(results) == (0, 0)
-    assert len(started) <= 1 + 2 * 2 + 1  # the one consumed, those in flight, one submitted

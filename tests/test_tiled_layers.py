@@ -12,7 +12,6 @@ from transformers import AutoModel
 
 from skbert import BertSentenceTransformer
 from skbert._inference.cpu.products import ENV_VARIABLE, Blas, OneDnn, products_for_this_cpu
-from skbert._inference.cpu.runner import _block_groups
 from skbert._inference.cpu.tiled_layers import _PLANS, tiled_forward
 from skbert._text.encoding import distinct_rows
 
@@ -225,22 +224,6 @@ def test_repeated_texts_and_pairs_count_in_the_truncation_report(tiny_bert):
     assert pairs.rows[1] is not pairs.rows[0]
     other = encode_texts(*args, [long, long], [short, long], readout=est.readout_)
     assert other.rows[0] is not other.rows[1]  # same first sentence, another pair
-
-
-def test_block_groups_are_whole_balanced_and_a_multiple_of_the_workers():
-    real = [8, 8, 8, 4, 4, 4, 2, 2, 2, 1]
-    lengths = [3, 4, 5, 9, 10, 11, 20, 21, 22, 60]
-    blocks = [(np.arange(n), n) for n in real]
-    tokens = {id(b): n * length for b, n, length in zip(blocks, real, lengths, strict=True)}
-    groups = _block_groups(blocks, lengths, 2, 100)  # 402 tokens: 5 groups of 100 -> 6
-    assert [b for g in groups for b in g] == blocks  # every block once, in order
-    assert len(groups) == 6
-    sizes = [sum(tokens[id(b)] for b in g) for g in groups]
-    assert max(sizes) <= 100 and min(sizes) >= 40, sizes  # about 402 / 6 each
-    assert _block_groups(blocks[:1], lengths[:1], 2, 100) == [blocks[:1]]
-    assert _block_groups([], [], 2, 100) == []
-    assert len(_block_groups(blocks, lengths, 2, 10**6)) == 2
-    assert len(_block_groups(blocks[:3], lengths[:3], 4, 10)) == 3  # fewer blocks than asked
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
