@@ -137,7 +137,7 @@ def padded_positions(path: str, sentences: list[str], batch_size: int = 32) -> d
     import torch
 
     from skbert import BertSentenceTransformer
-    from skbert._inference.predict import block_tokens
+    from skbert._inference.tuning import block_tokens
     from skbert._text.encoding import distinct_rows, row_blocks
 
     est = BertSentenceTransformer(path, batch_size=batch_size, device="cpu").fit(sentences[:1])

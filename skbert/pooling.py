@@ -9,8 +9,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._inference.cpu.fixed_blocks import in_fixed_blocks
-
 __all__ = [
     "TOKEN_POOLINGS",
     "CHUNK_POOLINGS",
@@ -135,14 +133,17 @@ class AttentionChunkPooling(nn.Module):
         self.project = nn.Linear(dim, dim)
         self.score = nn.Linear(dim, 1, bias=False)
 
-    def _scores(self, vectors: torch.Tensor) -> torch.Tensor:
+    def chunk_scores(self, vectors: torch.Tensor) -> torch.Tensor:
+        """The score ``w . tanh(W v)`` of each chunk vector, from that vector alone:
+        ``(n_chunks, 1)``."""
         return self.score(torch.tanh(self.project(vectors)))
 
-    def forward(self, vectors: torch.Tensor, owner: torch.Tensor, n_texts: int) -> torch.Tensor:
-        if self.training:
-            scores = self._scores(vectors)
-        else:  # the same bits for a chunk whatever other chunks are pooled with it
-            scores = in_fixed_blocks(self._scores, vectors)
+    def weigh(
+        self, vectors: torch.Tensor, scores: torch.Tensor, owner: torch.Tensor, n_texts: int
+    ) -> torch.Tensor:
+        """Text vectors from chunk vectors and their :meth:`chunk_scores`: the scores
+        soft-maxed among the chunks of each text (same ``owner``), in float32, weigh the
+        text's chunk vectors; ``(n_texts, dim)``."""
         scores = scores.squeeze(-1).float()
         top = scores.new_full((n_texts,), float("-inf"))
         top = top.scatter_reduce(0, owner, scores, reduce="amax", include_self=True)
@@ -151,6 +152,10 @@ class AttentionChunkPooling(nn.Module):
         weights = (weights / totals[owner]).to(vectors.dtype)
         out = vectors.new_zeros((n_texts, vectors.shape[1]))
         return out.index_add(0, owner, vectors * weights.unsqueeze(-1))
+
+    def forward(self, vectors: torch.Tensor, owner: torch.Tensor, n_texts: int) -> torch.Tensor:
+        """:meth:`weigh` of the :meth:`chunk_scores`."""
+        return self.weigh(vectors, self.chunk_scores(vectors), owner, n_texts)
 
 
 def make_pooling(

@@ -113,7 +113,7 @@ def test_an_error_during_prediction_restores_the_thread_count(tiny_bert, monkeyp
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(network, "encode_rows", broken)
+    monkeypatch.setattr(network, "read_rows", broken)
     with pytest.raises(RuntimeError, match="boom"):
         est.transform(sentences(30))
     assert torch.get_num_threads() == threads
@@ -123,7 +123,9 @@ def test_accelerator_path_run_on_the_cpu_gives_the_same_rows(tiny_bert):
     """The accelerator runner (a host thread preparing blocks, outputs kept on the device and
     reordered once at the end) checked on the CPU against the CPU runner: same rows, same
     order. Pinned memory and asynchronous copies only apply on CUDA and are not run here."""
-    from skbert._inference.predict import _NoBar, _run_on_accelerator, _run_on_cpu
+    from skbert._inference.accelerator import run_on_accelerator
+    from skbert._inference.cpu.runner import run_on_cpu
+    from skbert._inference.predict import _NoBar
     from skbert._text.encoding import row_blocks
 
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
@@ -136,30 +138,10 @@ def test_accelerator_path_run_on_the_cpu_gives_the_same_rows(tiny_bert):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        on_cpu = _run_on_cpu(network, network.encode_rows, rows, blocks, _NoBar(), 2, 32, False)
+        on_cpu = run_on_cpu(network, rows, blocks, _NoBar(), 2, 32, False)
         with torch.inference_mode():
-            other = _run_on_accelerator(network.encode_rows, rows, blocks, _NoBar(), cpu)
+            other = run_on_accelerator(network.encode_rows, rows, blocks, _NoBar(), cpu)
     finally:
         torch.set_num_threads(threads)
     assert other.shape == on_cpu.shape == (len(rows), network.output_dim)
     torch.testing.assert_close(other, on_cpu, rtol=0, atol=0)
-
-
-def test_in_order_keeps_order_bounds_work_ahead_and_cancels_when_closed():
-    import contextlib
-    import threading
-
-    from skbert._inference.predict import _in_order
-
-    started, lock = [], threading.Lock()
-
-    def square(x):
-        with lock:
-            started.append(x)
-        return x * x
-
-    assert list(_in_order(square, range(50), 2, "t")) == [(x, x * x) for x in range(50)]
-    started.clear()
-    with contextlib.closing(_in_order(square, range(1000), 2, "t")) as results:
-        assert next(results) == (0, 0)
-    assert len(started) <= 1 + 2 * 2 + 1  # the one consumed, those in flight, one submitted

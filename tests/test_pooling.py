@@ -255,3 +255,17 @@ def test_attention_gradients_flow():
     assert att.project.weight.grad.abs().sum() > 0
     assert att.score.weight.grad.abs().sum() > 0
     assert vectors.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_attention_forward_weighs_the_chunk_scores(training):
+    """forward = weigh(chunk_scores): the row-wise score, then the weighting per text, in
+    training and eval mode alike; a chunk's score is its own row's alone."""
+    att = _attention().train(training)
+    torch.manual_seed(6)
+    vectors = torch.randn(9, 6)
+    owner = torch.tensor([2, 0, 0, 1, 2, 2, 3, 1, 0])
+    scores = att.chunk_scores(vectors)
+    assert scores.shape == (9, 1)
+    assert torch.equal(att(vectors, owner, 4), att.weigh(vectors, scores, owner, 4))
+    torch.testing.assert_close(att.chunk_scores(vectors[3:4]), scores[3:4])

@@ -13,7 +13,6 @@ from transformers import AutoModel
 from skbert import BertSentenceTransformer
 from skbert._inference.cpu.products import ENV_VARIABLE, Blas, OneDnn, products_for_this_cpu
 from skbert._inference.cpu.tiled_layers import _PLANS, tiled_forward
-from skbert._inference.predict import _block_groups
 from skbert._text.encoding import distinct_rows
 
 KINDS = [
@@ -170,7 +169,7 @@ def test_transform_vectors_match_the_transformers_forward(packaged_model):
     tiled = est.transform(X)
     backbone = est.network_.backbone
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("skbert._nn.network.tiled_forward", lambda *args: None)
+        patch.setattr("skbert._inference.cpu.runner.tiled_forward", lambda *args: None)
         plain = est.transform(X)
     assert backbone in _PLANS and _PLANS[backbone][1] is not None
     np.testing.assert_allclose(tiled, plain, rtol=1e-4, atol=2e-6)
@@ -193,14 +192,14 @@ def test_repeated_texts_are_encoded_and_computed_once_with_the_same_bits(tiny_be
     assert encoded.rows[0] is encoded.rows[2] and encoded.rows[1] is encoded.rows[4]
     assert encoded.rows[3] is not encoded.rows[0]  # another text, even if it tokenizes alike
     seen = []
-    encode = est.network_.encode_rows
+    read = est.network_.read_rows  # the rows of every block, tiled or not, are read here
 
-    def counting(input_ids, *args, **kwargs):
-        out = encode(input_ids, *args, **kwargs)
-        seen.append(int(input_ids.shape[0]))
+    def counting(outputs, *args, **kwargs):
+        out = read(outputs, *args, **kwargs)
+        seen.append(int(outputs.last_hidden_state.shape[0]))
         return out
 
-    monkeypatch.setattr(est.network_, "encode_rows", counting)
+    monkeypatch.setattr(est.network_, "read_rows", counting)
     together = est.transform(X)
     rows_computed = sum(seen)
     assert np.array_equal(together[0], together[2]) and np.array_equal(together[0], together[3])
@@ -225,22 +224,6 @@ def test_repeated_texts_and_pairs_count_in_the_truncation_report(tiny_bert):
     assert pairs.rows[1] is not pairs.rows[0]
     other = encode_texts(*args, [long, long], [short, long], readout=est.readout_)
     assert other.rows[0] is not other.rows[1]  # same first sentence, another pair
-
-
-def test_block_groups_are_whole_balanced_and_a_multiple_of_the_workers():
-    real = [8, 8, 8, 4, 4, 4, 2, 2, 2, 1]
-    lengths = [3, 4, 5, 9, 10, 11, 20, 21, 22, 60]
-    blocks = [(np.arange(n), n) for n in real]
-    tokens = {id(b): n * length for b, n, length in zip(blocks, real, lengths, strict=True)}
-    groups = _block_groups(blocks, lengths, 2, 100)  # 402 tokens: 5 groups of 100 -> 6
-    assert [b for g in groups for b in g] == blocks  # every block once, in order
-    assert len(groups) == 6
-    sizes = [sum(tokens[id(b)] for b in g) for g in groups]
-    assert max(sizes) <= 100 and min(sizes) >= 40, sizes  # about 402 / 6 each
-    assert _block_groups(blocks[:1], lengths[:1], 2, 100) == [blocks[:1]]
-    assert _block_groups([], [], 2, 100) == []
-    assert len(_block_groups(blocks, lengths, 2, 10**6)) == 2
-    assert len(_block_groups(blocks[:3], lengths[:3], 4, 10)) == 3  # fewer blocks than asked
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

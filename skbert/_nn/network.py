@@ -8,8 +8,6 @@ import torch
 from torch import nn
 
 from .._estimator.readout import Readout
-from .._inference.cpu.fixed_blocks import in_fixed_blocks
-from .._inference.cpu.tiled_layers import tiled_forward
 from ..pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling
 
 __all__ = [
@@ -20,9 +18,12 @@ __all__ = [
 ]
 
 
-def _mask_or_ones(attention_mask, input_ids):
-    """``attention_mask``, or all ones for a padding-free batch (``None``)."""
-    return torch.ones_like(input_ids) if attention_mask is None else attention_mask
+def _mask_or_ones(attention_mask, states):
+    """``attention_mask``, or all ones (int64, like token ids) for a padding-free batch
+    (``None``) of token ``states`` ``(batch, seq, ...)``."""
+    if attention_mask is not None:
+        return attention_mask
+    return torch.ones(states.shape[:2], dtype=torch.int64, device=states.device)
 
 
 class SentenceEncoder(nn.Module):
@@ -56,7 +57,27 @@ class SentenceEncoder(nn.Module):
         """Width of the output vectors."""
         return self.readout.output_dim
 
-    def _backbone_outputs(self, input_ids, attention_mask, token_type_ids, all_states: bool):
+    @property
+    def reads_last_layer_only(self) -> bool:
+        """Whether the readout reads the last hidden state alone (then the backbone need not
+        return every layer's states)."""
+        return self.readout.layers == (self.readout.n_hidden_states - 1,)
+
+    def backbone_outputs(self, input_ids, attention_mask, token_type_ids=None, all_states=False):
+        """The backbone's transformers forward: ``last_hidden_state`` and, with ``all_states``,
+        every layer's ``hidden_states``.
+
+        Parameters
+        ----------
+        input_ids : torch.Tensor
+            ``(batch, seq)`` token ids.
+        attention_mask : torch.Tensor or None
+            ``(batch, seq)``, 0 at padding; None for a batch without padding.
+        token_type_ids : torch.Tensor or None, default=None
+            Segment ids; ignored by a backbone that takes none.
+        all_states : bool, default=False
+            Also return every layer's states (``output_hidden_states=True``).
+        """
         # A batch without padding needs no mask; without one, attention takes its fast path.
         # Prediction passes None for its padding-free blocks (no device-to-host sync to check).
         full = attention_mask is None or (not self.training and bool(attention_mask.all()))
@@ -65,43 +86,16 @@ class SentenceEncoder(nn.Module):
             kwargs["token_type_ids"] = token_type_ids
         return self.backbone(**kwargs, output_hidden_states=all_states, return_dict=True)
 
-    def _reads_last_layer_only(self) -> bool:
-        return self.readout.layers == (self.readout.n_hidden_states - 1,)
-
-    def tiled_states(self, blocks, tile: int, all_layers: bool = False):
-        """Backbone outputs of prediction blocks from
-        :func:`~skbert._inference.cpu.tiled_layers.tiled_forward` (token-wise layers over fixed
-        tiles of all blocks' tokens), or None where that path does not apply; pass each block's
-        output to :meth:`encode_rows` (``outputs=``).
-
-        Parameters
-        ----------
-        blocks : list of (input_ids, token_type_ids, n_real)
-            Padding-free blocks of :func:`~skbert._text.encoding.row_blocks`.
-        tile : int
-            Tokens per tile (a function of the device and model only).
-        all_layers : bool, default=False
-            Keep every hidden state, as :meth:`all_layer_rows` needs.
-        """
-        every = all_layers or not self._reads_last_layer_only()
-        if not self.uses_token_types:
-            blocks = [(ids, None, n_real) for ids, _, n_real in blocks]
-        return tiled_forward(self.backbone, blocks, every, tile)
-
-    def token_states(self, input_ids, attention_mask, token_type_ids=None, outputs=None):
+    def token_states(self, outputs) -> torch.Tensor:
         """Token states of the chosen layers, combined: ``(batch, seq, token_dim)``.
 
-        ``outputs``: the backbone's outputs for these inputs when already computed
-        (:meth:`tiled_states`); else the backbone runs here.
+        ``outputs``: backbone outputs (:meth:`backbone_outputs`, or any object with the same
+        ``last_hidden_state`` and ``hidden_states``), with every hidden state unless
+        :attr:`reads_last_layer_only`.
         """
-        layers = self.readout.layers
-        last_only = self._reads_last_layer_only()
-        out = outputs
-        if out is None:
-            out = self._backbone_outputs(input_ids, attention_mask, token_type_ids, not last_only)
-        if last_only:
-            return out.last_hidden_state
-        states = [out.hidden_states[i] for i in layers]
+        if self.reads_last_layer_only:
+            return outputs.last_hidden_state
+        states = [outputs.hidden_states[i] for i in self.readout.layers]
         if len(states) == 1:
             return states[0]
         if self.readout.layer_combine == "concat":
@@ -109,23 +103,26 @@ class SentenceEncoder(nn.Module):
         stacked = torch.stack(states, dim=0)
         return stacked.mean(dim=0) if self.readout.layer_combine == "mean" else stacked.amax(dim=0)
 
-    def all_layer_rows(
-        self, input_ids, attention_mask, token_type_ids=None, outputs=None
-    ) -> torch.Tensor:
-        """Every weight-free pooling of every hidden state, from one forward pass.
+    def all_layer_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        """Every weight-free pooling of every hidden state, from one forward pass:
+        :meth:`read_all_layer_rows` of :meth:`backbone_outputs` (with every hidden state)."""
+        outputs = self.backbone_outputs(input_ids, attention_mask, token_type_ids, True)
+        return self.read_all_layer_rows(outputs, attention_mask)
+
+    def read_all_layer_rows(self, outputs, attention_mask=None) -> torch.Tensor:
+        """Every weight-free pooling of every hidden state of given backbone outputs.
 
         Returns ``(n_rows, len(FROZEN_POOLINGS), n_hidden_states, hidden)``;
         :meth:`combine_all_layers` pools the chunks of a text. Feeds the frozen-feature cache.
-        ``outputs``: as in :meth:`token_states` (with every hidden state).
+        ``attention_mask``: as in :meth:`read_rows`.
         """
-        out = outputs
-        if out is None:
-            out = self._backbone_outputs(input_ids, attention_mask, token_type_ids, True)
-        attention_mask = _mask_or_ones(attention_mask, input_ids)
+        attention_mask = _mask_or_ones(attention_mask, outputs.hidden_states[0])
         per_pooling = []
         for name in FROZEN_POOLINGS:
             pool = make_pooling(name)
-            per_pooling.append(torch.stack([pool(h, attention_mask) for h in out.hidden_states], 1))
+            per_pooling.append(
+                torch.stack([pool(h, attention_mask) for h in outputs.hidden_states], 1)
+            )
         return torch.stack(per_pooling, dim=1)  # (rows, poolings, layers, hidden)
 
     def combine_all_layers(self, rows, owner=None, n_texts=None) -> torch.Tensor:
@@ -160,13 +157,20 @@ class SentenceEncoder(nn.Module):
         rows = self.encode_rows(input_ids, attention_mask, token_type_ids)
         return self.combine(rows, owner, n_texts)
 
-    def encode_rows(
-        self, input_ids, attention_mask, token_type_ids=None, outputs=None
-    ) -> torch.Tensor:
-        """One pooled vector per row (chunk): ``(n_rows, output_dim)``; ``outputs`` as in
-        :meth:`token_states`."""
-        states = self.token_states(input_ids, attention_mask, token_type_ids, outputs)
-        return self.pooling(states, _mask_or_ones(attention_mask, input_ids))
+    def read_rows(self, outputs, attention_mask=None) -> torch.Tensor:
+        """One pooled vector per row (chunk) from given backbone outputs: the chosen layers,
+        combined (:meth:`token_states`), then the token pooling; ``(n_rows, output_dim)``.
+
+        ``attention_mask``: as given to :meth:`backbone_outputs` (None: no padding).
+        """
+        states = self.token_states(outputs)
+        return self.pooling(states, _mask_or_ones(attention_mask, states))
+
+    def encode_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        """One pooled vector per row (chunk): :meth:`read_rows` of :meth:`backbone_outputs`."""
+        all_states = not self.reads_last_layer_only
+        outputs = self.backbone_outputs(input_ids, attention_mask, token_type_ids, all_states)
+        return self.read_rows(outputs, attention_mask)
 
     def combine(self, rows, owner=None, n_texts=None) -> torch.Tensor:
         """Text vectors from row vectors: the chunks of a text (same ``owner``) pooled."""
@@ -207,22 +211,14 @@ class TaskNetwork(nn.Module):
         rows = self.encode_rows(input_ids, attention_mask, token_type_ids)
         return self.combine(rows, owner, n_texts)
 
-    def encode_rows(
-        self, input_ids, attention_mask, token_type_ids=None, outputs=None
-    ) -> torch.Tensor:
+    def encode_rows(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         """The encoder's vector per row (chunk), before chunk pooling and the output layer."""
-        return self.encoder.encode_rows(input_ids, attention_mask, token_type_ids, outputs)
-
-    def tiled_states(self, blocks, tile: int, all_layers: bool = False):
-        """The encoder's :meth:`SentenceEncoder.tiled_states`."""
-        return self.encoder.tiled_states(blocks, tile, all_layers)
+        return self.encoder.encode_rows(input_ids, attention_mask, token_type_ids)
 
     def combine(self, rows, owner=None, n_texts=None) -> torch.Tensor:
         """Logits from row vectors: chunks pooled, then dropout and the output layer."""
         texts = self.dropout(self.encoder.combine(rows, owner, n_texts))
-        if self.training:
-            return self.output_layer(texts)
-        return in_fixed_blocks(self.output_layer, texts)
+        return self.output_layer(texts)
 
 
 class SiameseNetwork(nn.Module):

@@ -1,17 +1,22 @@
-"""Row-wise layers computed on fixed shapes, so that a row's bits never depend on its company."""
+"""Row-wise layers computed on fixed shapes, so that a row's bits never depend on its company.
+
+Prediction applies the layers that see whole texts (the chunk scores of attention chunk
+pooling, the output layer) through :func:`in_fixed_blocks`, on every device
+(:mod:`skbert._inference.composition`); training calls them directly.
+"""
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["FIXED_BLOCK_ROWS", "in_fixed_blocks"]
+from .tuning import FIXED_BLOCK_ROWS
 
-#: rows per call of :func:`in_fixed_blocks`
-FIXED_BLOCK_ROWS = 64
+__all__ = ["in_fixed_blocks"]
 
 
 def in_fixed_blocks(layer, rows: torch.Tensor) -> torch.Tensor:
-    """``layer(rows)`` computed in calls of exactly :data:`FIXED_BLOCK_ROWS` rows.
+    """``layer(rows)`` computed in calls of exactly
+    :data:`~skbert._inference.tuning.FIXED_BLOCK_ROWS` rows.
 
     A matrix product may round a row differently depending on how many rows it is given (the
     math library picks its kernel by shape); called on fixed-size blocks, the last one filled
