@@ -20,7 +20,7 @@ from ._inference.predict import low_precision_copy, predict_rows
 from ._nn.backbone import DEFAULT_MODEL
 from ._nn.network import TaskNetwork
 from ._training.loop import length_grouped_batches, train
-from .pretraining import _train_masked_lm, load_masked_lm, masked_lm_windows
+from .pretraining import within_task_pretrain
 
 __all__ = ["BertTextClassifier"]
 
@@ -347,37 +347,6 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
             )
         return np.array([self.class_weight.get(c, 1.0) for c in self.classes_.tolist()])
 
-    def _within_task_pretrain(self, encoder, first, second, seed):
-        """Masked-LM training of ``encoder``'s backbone on the fit texts (``mlm_steps``)."""
-        with torch.random.fork_rng(devices=[]):  # a new MLM head's init draws from its own seed
-            torch.manual_seed(seed)
-            tokenizer, mlm = load_masked_lm(self.model)
-        device, dtype = self._device_and_dtype(trained=mlm)
-        texts = list(first) + (list(second) if second is not None else [])
-        features = masked_lm_windows(tokenizer, texts, self.max_length_)
-        config = self._training_config(
-            device,
-            dtype,
-            max_steps=self.mlm_steps,
-            train_backbone=True,
-            layer_lr_decay=1.0,
-            top_learning_rate=None,
-        )
-        history = _train_masked_lm(
-            mlm,
-            tokenizer,
-            features,
-            config,
-            mlm_probability=self.mlm_probability,
-            seed=seed,
-            desc="Within-task masked-LM",
-        )
-        result = encoder.backbone.load_state_dict(mlm.base_model.state_dict(), strict=False)
-        left_out = [k for k in result.missing_keys + result.unexpected_keys if "pooler" not in k]
-        if left_out:  # cannot happen for one checkpoint; guards against a mismatch
-            raise RuntimeError(f"masked-LM weights do not fit the encoder: {left_out[:3]}")
-        self.mlm_loss_curve_ = history.loss_curve
-
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Fine-tune the encoder and the output layer on labelled texts.
@@ -437,7 +406,22 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
                 encoder = self._build_encoder()
                 self.mlm_loss_curve_ = None
                 if self.mlm_steps:  # under its own forked RNGs: the output layer's init is unmoved
-                    self._within_task_pretrain(encoder, first, second, seed)
+                    self.mlm_loss_curve_ = within_task_pretrain(
+                        encoder.backbone,
+                        list(first) + (list(second) if second is not None else []),
+                        model=self.model,
+                        max_steps=self.mlm_steps,
+                        max_length=self.max_length_,
+                        mlm_probability=self.mlm_probability,
+                        batch_size=self.batch_size,
+                        learning_rate=self.learning_rate,
+                        weight_decay=self.weight_decay,
+                        warmup_fraction=self.warmup_fraction,
+                        seed=seed,
+                        device=self.device,
+                        precision=self.precision,
+                        verbose=self.verbose,
+                    )
                 network = TaskNetwork(encoder, n_outputs=len(self.classes_), dropout=self.dropout)
         train_idx, val_idx = np.arange(len(first)), None
         if self.early_stopping:

@@ -7,11 +7,14 @@ checkpoint directory that every skbert estimator takes as ``model=``;
 ``BertTextClassifier(mlm_steps=...)`` does the within-task variant inside ``fit``, so that
 ``GridSearchCV`` can compare BERT-FiT and BERT-ITPT-FiT.
 
-Masking is BERT's (15 % of the tokens, of which 80 % become the mask token, 10 % a random token,
-10 % stay; optionally whole words), drawn exactly as transformers 5's
+Texts are cut into windows as ``truncation="chunks"`` cuts them (all of a text, once, in
+order). Masking is BERT's (15 % of the tokens, of which 80 % become the mask token, 10 % a
+random token, 10 % stay; optionally whole words), drawn exactly as transformers 5's
 ``DataCollatorForLanguageModeling`` draws it but without depending on that class, whose
-arguments changed across the supported transformers versions; the loop is skbert's shared one
-(AdamW, linear warm-up and decay, clipping, seeded).
+arguments changed across the supported transformers versions (:func:`mask_batch`); the loop is
+skbert's shared one (AdamW, linear warm-up and decay, clipping, seeded). The text layer
+(``skbert._text.encoding``) cuts and pads the windows, the training layer
+(``skbert._training.masked_lm``) masks them and trains; this module is the public face.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import os
 import warnings
 from numbers import Integral, Real
 
-import numpy as np
 import torch
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
@@ -38,11 +40,18 @@ from ._nn.backbone import (
     locate_model,
     quiet_loading,
 )
-from ._nn.network import MaskedLMNetwork
+from ._text.encoding import text_windows
 from ._training.distributed import barrier, current_share, shared_seed
-from ._training.loop import TrainingConfig, length_grouped_batches, train
+from ._training.loop import TrainingConfig
+from ._training.masked_lm import mask_batch, train_masked_lm
 
-__all__ = ["further_pretrain", "load_masked_lm", "masked_lm_windows", "mask_batch"]
+__all__ = [
+    "further_pretrain",
+    "load_masked_lm",
+    "masked_lm_windows",
+    "mask_batch",
+    "within_task_pretrain",
+]
 
 
 def load_masked_lm(model=DEFAULT_MODEL):
@@ -177,211 +186,10 @@ def masked_lm_windows(tokenizer, texts, max_length: int, whole_word_mask: bool =
         offsets = encoded["offset_mapping"] if whole_word_mask else None
         for i, ids in enumerate(encoded["input_ids"]):
             spans = None if offsets is None else offsets[i]
-            features.extend(_windows(ids, spans, width, specials))
+            features.extend(text_windows(ids, width, specials, spans))
     if not features:
         raise ValueError("masked-LM pre-training needs non-empty texts; got none.")
     return features
-
-
-def _windows(ids, offsets, width: int, specials) -> list:
-    """Cut one text's token ``ids`` into windows of ``width`` tokens, special tokens added."""
-    prefix, suffix = (len(part) for part in specials.single)
-    windows = []
-    for start in range(0, len(ids), width):
-        content = list(ids[start : start + width])
-        input_ids, _ = specials.build(content)
-        window = {
-            "input_ids": input_ids,
-            "attention_mask": [1] * len(input_ids),
-            "special_tokens_mask": [1] * prefix + [0] * len(content) + [1] * suffix,
-        }
-        if offsets is not None:
-            spans = [tuple(span) for span in offsets[start : start + width]]
-            window["offset_mapping"] = [(0, 0)] * prefix + spans + [(0, 0)] * suffix
-        windows.append(window)
-    return windows
-
-
-def _train_masked_lm(
-    mlm_model,
-    tokenizer,
-    features,
-    config,
-    *,
-    mlm_probability: float = 0.15,
-    whole_word_mask: bool = False,
-    seed: int = 0,
-    desc: str = "Masked-LM pre-training",
-):
-    """Train ``mlm_model`` in place on ``features`` with the shared loop (internal: it takes
-    the loop's :class:`~skbert._training.loop.TrainingConfig`).
-
-    Parameters
-    ----------
-    mlm_model : transformers ``*ForMaskedLM`` model
-    tokenizer : its tokenizer
-    features : list of dict, from :func:`masked_lm_windows`
-    config : skbert._training.loop.TrainingConfig
-        Its ``max_steps`` (or ``max_epochs``) bounds the training.
-    mlm_probability, whole_word_mask : see :func:`further_pretrain`
-    seed : int
-
-    Returns
-    -------
-    skbert._training.loop.TrainingHistory
-        ``loss_curve`` holds the mean masked-LM loss per epoch.
-    """
-    if tokenizer.mask_token is None:
-        raise ValueError(f"{type(tokenizer).__name__} has no mask token; cannot mask tokens.")
-    lengths = [len(f["input_ids"]) for f in features]
-    device = config.device
-
-    def make_batches(rng):
-        batches = length_grouped_batches(lengths, config.batch_size, rng)
-        seeds = rng.randint(2**31 - 1, size=len(batches))
-        return [_MaskedBatch(rows, int(seed)) for rows, seed in zip(batches, seeds, strict=True)]
-
-    def loss_fn(network, batch):
-        inputs = batch.masked(features, tokenizer, mlm_probability, whole_word_mask)
-        n_masked = int((inputs["labels"] != -100).sum())
-        inputs = {k: v.to(device) for k, v in inputs.items()}
-        return network(**inputs), n_masked  # the mean over the masked tokens, and their number
-
-    return train(MaskedLMNetwork(mlm_model), loss_fn, make_batches, config, seed=seed, desc=desc)
-
-
-class _MaskedBatch:
-    """A training batch of windows with the seed of its masks.
-
-    The masks are drawn for the whole batch from the batch's own seed, then a process takes its
-    rows: so a ``torchrun`` launch masks each window as one process does, whatever the share.
-
-    Parameters
-    ----------
-    indices : ndarray of int
-        The global batch's windows.
-    seed : int
-        Seed of the batch's masks.
-    rows : slice
-        This process's part of the batch (all of it outside a launch).
-    """
-
-    __slots__ = ("indices", "seed", "rows")
-
-    def __init__(self, indices, seed: int, rows=slice(None)):
-        self.indices, self.seed, self.rows = indices, seed, rows
-
-    def __len__(self) -> int:
-        return len(range(*self.rows.indices(len(self.indices))))
-
-    def share(self, share):
-        """This batch as seen by ``share``'s process: the same masks, its own rows."""
-        positions = share.rows(len(self.indices))
-        end = positions[-1] + 1 if len(positions) else 0
-        return _MaskedBatch(self.indices, self.seed, slice(end - len(positions), end))
-
-    def masked(self, features, tokenizer, mlm_probability, whole_word_mask) -> dict:
-        """:func:`mask_batch` of the whole batch under the batch's seed, then this share's rows
-        (padding columns that none of them needs dropped)."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            rows = [features[i] for i in self.indices]
-            inputs = mask_batch(rows, tokenizer, mlm_probability, whole_word_mask)
-        if self.rows == slice(None):
-            return inputs
-        inputs = {key: value[self.rows] for key, value in inputs.items()}
-        used = inputs["attention_mask"].any(dim=0)
-        return {key: value[:, used] for key, value in inputs.items()}
-
-
-def mask_batch(rows, tokenizer, mlm_probability=0.15, whole_word_mask=False) -> dict:
-    """Pad windows into a batch and mask their tokens for masked-LM training.
-
-    ``mlm_probability`` of the tokens that are no special token are chosen (with
-    ``whole_word_mask``, that share of the words, all their pieces); 80 % of them become the
-    mask token, 10 % a random token, 10 % stay (with ``whole_word_mask``, all become the mask
-    token). The draws come from the global torch RNG, in the order and with the probabilities
-    of transformers 5's ``DataCollatorForLanguageModeling``, so a seed gives the same masks;
-    but where that would choose nothing in the whole batch (short windows, small batches),
-    one token (or word) is chosen at random, so that every batch has a loss.
-
-    Parameters
-    ----------
-    rows : list of dict
-        Windows from :func:`masked_lm_windows` (with ``offset_mapping`` for whole words).
-    tokenizer : transformers tokenizer
-        Gives the pad and mask token ids, the vocabulary size and the padding side.
-    mlm_probability : float, default=0.15
-        Share of the tokens (or words) to choose.
-    whole_word_mask : bool, default=False
-        Choose whole words (word pieces grouped by their character offsets).
-
-    Returns
-    -------
-    dict of torch.Tensor
-        ``input_ids`` (masked), ``attention_mask`` and ``labels`` (-100 where not chosen).
-    """
-    padded = _pad_rows(rows, tokenizer.pad_token_id or 0, tokenizer.padding_side == "left")
-    input_ids = torch.tensor(padded["input_ids"], dtype=torch.long)
-    special = np.array(padded["special_tokens_mask"], dtype=bool)
-    labels = input_ids.clone()
-    if whole_word_mask:
-        word_ids, first_pieces = _word_ids(np.array(padded["offset_mapping"]), special)
-        can_choose = torch.from_numpy(first_pieces)
-    else:
-        can_choose = torch.from_numpy(~special)
-    probability = torch.full(labels.shape, float(mlm_probability))
-    probability.masked_fill_(~can_choose, 0.0)
-    chosen = torch.bernoulli(probability).bool()
-    if not chosen.any():  # a batch without a target has no loss (NaN): choose one anyway
-        candidates = can_choose.flatten().nonzero().flatten()
-        pick = candidates[torch.randint(len(candidates), ())]
-        chosen.view(-1)[pick] = True
-    if whole_word_mask:  # a chosen first piece chooses its whole word
-        same_word = (word_ids[:, :, None] == word_ids[:, None, :]) & (word_ids[:, None, :] >= 0)
-        chosen = torch.from_numpy(np.any(same_word & chosen.numpy()[:, None, :], axis=2))
-    labels[~chosen] = -100
-    mask_share = 1.0 if whole_word_mask else 0.8
-    to_mask = torch.bernoulli(torch.full(labels.shape, mask_share)).bool() & chosen
-    input_ids[to_mask] = tokenizer.mask_token_id
-    if not whole_word_mask:  # half the rest (10 % of the chosen) become a random token
-        to_random = torch.bernoulli(torch.full(labels.shape, 0.5)).bool() & chosen & ~to_mask
-        random_ids = torch.randint(len(tokenizer), labels.shape, dtype=torch.long)
-        input_ids[to_random] = random_ids[to_random]
-    attention = torch.tensor(padded["attention_mask"], dtype=torch.long)
-    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
-
-
-def _word_ids(offsets, special):
-    """Word id of each token (-1 for special tokens) and where each word's first piece is:
-    a token starts a word unless it begins where the previous token ended."""
-    starts, ends = offsets[:, :, 0], offsets[:, :, 1]
-    previous_end = np.roll(ends, 1, axis=1)
-    previous_end[:, 0] = -1
-    previous_special = np.roll(special, 1, axis=1)
-    previous_special[:, 0] = False
-    first = ~special & ((starts != previous_end) | previous_special)
-    word_ids = np.cumsum(first, axis=1)
-    word_ids[special] = -1
-    return word_ids, first
-
-
-def _pad_rows(rows, pad_id, left: bool = False) -> dict:
-    """Pad the windows to one length: ``{key: list of rows}``, special tokens' fill for the
-    padding (masked out, never chosen)."""
-    width = max(len(row["input_ids"]) for row in rows)
-    fill = {
-        "input_ids": pad_id,
-        "attention_mask": 0,
-        "special_tokens_mask": 1,
-        "offset_mapping": (0, 0),
-    }
-    padded = {key: [] for key in rows[0]}
-    for row in rows:
-        for key, values in row.items():
-            padding = [fill[key]] * (width - len(values))
-            padded[key].append(padding + list(values) if left else list(values) + padding)
-    return padded
 
 
 @validate_params(
@@ -522,7 +330,7 @@ def further_pretrain(
         device=device,
         dtype=dtype,
     )
-    history = _train_masked_lm(
+    history = train_masked_lm(
         mlm,
         tokenizer,
         features,
@@ -544,3 +352,114 @@ def further_pretrain(
             tokenizer.save_pretrained(output_dir)
     barrier()
     return output_dir
+
+
+@validate_params(
+    {
+        "backbone": [HasMethods(["load_state_dict", "state_dict"])],
+        "texts": [list],
+        "model": [str, HasMethods(["save_pretrained", "get_params"])],
+        "max_steps": [Interval(Integral, 1, None, closed="left")],
+        "max_length": [Interval(Integral, 1, None, closed="left")],  # see masked_lm_windows
+        "mlm_probability": [Interval(Real, 0, 1, closed="neither")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, 1, closed="right")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
+        "seed": [Interval(Integral, 0, None, closed="left")],
+        "device": [str],
+        "precision": [StrOptions({"auto", "fp32", "bf16", "fp16"})],
+        "verbose": ["verbose"],
+    },
+    prefer_skip_nested_validation=True,
+)
+def within_task_pretrain(
+    backbone,
+    texts,
+    *,
+    model,
+    max_steps,
+    max_length,
+    mlm_probability=0.15,
+    batch_size=32,
+    learning_rate=5e-5,
+    weight_decay=0.01,
+    warmup_fraction=0.1,
+    seed=0,
+    device="auto",
+    precision="auto",
+    verbose=0,
+):
+    """Within-task masked-LM pre-training (Sun et al.'s ITPT) of ``backbone``, in memory.
+
+    What ``BertTextClassifier(mlm_steps=...)`` runs in ``fit`` before fine-tuning: ``model``'s
+    masked-LM model (:func:`load_masked_lm`; a new head's initial weights are drawn from
+    ``seed``) is trained ``max_steps`` steps on the windows of ``texts``
+    (:func:`masked_lm_windows`), then its encoder's weights replace ``backbone``'s (a pooler,
+    which masked-LM models lack, is left as it is). The global RNGs are left as they were.
+
+    Parameters
+    ----------
+    backbone : torch.nn.Module
+        The Hugging Face encoder of ``model`` (``AutoModel``) to write the trained weights into.
+    texts : list of str
+        The task's texts (both sentences of pairs); empty ones are dropped.
+    model : str or fitted skbert estimator
+        Where ``backbone`` comes from: hub id, local directory or fitted estimator.
+    max_steps : int
+        Training steps (batches of ``batch_size`` windows).
+    max_length : int
+        Tokens per window, special tokens included.
+    mlm_probability : float, default=0.15
+        Share of the tokens to mask.
+    batch_size, learning_rate, weight_decay, warmup_fraction : see :func:`further_pretrain`
+    seed : int, default=0
+        Seeds the new head, masking, dropout and batch order.
+    device, precision, verbose : see :func:`further_pretrain`
+
+    Returns
+    -------
+    list of float
+        The mean masked-LM loss per pass over the windows.
+
+    Raises
+    ------
+    ValueError
+        For a model without a masked-LM head, a tokenizer without a mask token or no
+        non-empty text.
+    RuntimeError
+        If the trained encoder's weights do not fit ``backbone``.
+    """
+    with torch.random.fork_rng(devices=[]):  # a new MLM head's init draws from its own seed
+        torch.manual_seed(seed)
+        tokenizer, mlm = load_masked_lm(model)
+    device = resolve_device(device)
+    dtype = resolve_precision(precision, device, training_flops=training_flops(mlm))
+    features = masked_lm_windows(tokenizer, texts, max_length)
+    config = TrainingConfig(
+        max_steps=max_steps,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        layer_lr_decay=1.0,
+        top_learning_rate=None,
+        weight_decay=weight_decay,
+        warmup_fraction=warmup_fraction,
+        train_backbone=True,
+        verbose=verbose,
+        device=device,
+        dtype=dtype,
+    )
+    history = train_masked_lm(
+        mlm,
+        tokenizer,
+        features,
+        config,
+        mlm_probability=mlm_probability,
+        seed=seed,
+        desc="Within-task masked-LM",
+    )
+    result = backbone.load_state_dict(mlm.base_model.state_dict(), strict=False)
+    left_out = [k for k in result.missing_keys + result.unexpected_keys if "pooler" not in k]
+    if left_out:  # cannot happen for one checkpoint; guards against a mismatch
+        raise RuntimeError(f"masked-LM weights do not fit the encoder: {left_out[:3]}")
+    return history.loss_curve

@@ -63,7 +63,8 @@ def split_chunks(ids: Sequence[int], budget: int, max_chunks: int | None = None)
     Parameters
     ----------
     ids : sequence of int
-        Token ids without special tokens.
+        Token ids without special tokens (or any per-token values, such as the tokens'
+        character offsets, to cut into the same windows as the ids).
     budget : int
         Content tokens per window (>= 1).
     max_chunks : int or None, default=None

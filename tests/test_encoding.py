@@ -1,5 +1,5 @@
-"""Padding-free prediction blocks of fixed shape: skbert._text.encoding.row_blocks and
-stack_rows."""
+"""skbert._text.encoding: padding-free prediction blocks of fixed shape (row_blocks,
+stack_rows), tokenizing, padding (pad_rows, pad_features) and whole-text windows."""
 
 import numpy as np
 import pytest
@@ -218,3 +218,54 @@ def test_encoding_pauses_the_garbage_collector_and_restores_it(tiny_bert, enable
         gc.enable()
     assert len(encoded) == 2
     assert seen and not any(seen)
+
+
+def test_pad_rows_pads_right_or_left_with_the_fill():
+    from skbert._text.encoding import pad_rows
+
+    rows = [[5, 6, 7], [8], []]
+    np.testing.assert_array_equal(pad_rows(rows, 4, 0), [[5, 6, 7, 0], [8, 0, 0, 0], [0] * 4])
+    left = pad_rows(rows, 3, 9, left=True)
+    np.testing.assert_array_equal(left, [[5, 6, 7], [9, 9, 8], [9, 9, 9]])
+    assert left.dtype == np.int64
+    spans = pad_rows([[(0, 3), (4, 5)], [(1, 2)]], 2, (0, 0), left=True)
+    assert spans.shape == (2, 2, 2)
+    np.testing.assert_array_equal(spans[1], [[0, 0], [1, 2]])
+
+
+def test_pad_features_fills_each_feature_as_padding_needs():
+    from skbert._text.encoding import pad_features
+
+    rows = [
+        {"input_ids": [2, 7, 3], "special_tokens_mask": [1, 0, 1], "offset_mapping": [(0, 0)] * 3},
+        {"input_ids": [2, 3], "special_tokens_mask": [1, 1], "offset_mapping": [(0, 0)] * 2},
+    ]
+    padded = pad_features(rows, pad_id=0)
+    assert set(padded) == set(rows[0])
+    np.testing.assert_array_equal(padded["input_ids"], [[2, 7, 3], [2, 3, 0]])
+    np.testing.assert_array_equal(padded["special_tokens_mask"], [[1, 0, 1], [1, 1, 1]])
+    assert padded["offset_mapping"].shape == (2, 3, 2)
+    left = pad_features(rows, pad_id=0, left=True)
+    np.testing.assert_array_equal(left["input_ids"], [[2, 7, 3], [0, 2, 3]])
+
+
+def test_text_windows_are_the_chunks_with_special_tokens(tiny_bert):
+    from transformers import AutoTokenizer
+
+    from skbert._nn.backbone import SpecialTokens
+    from skbert._text.encoding import text_windows
+    from skbert.truncation import split_chunks
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    specials = SpecialTokens.from_tokenizer(tokenizer)
+    ids = list(range(10, 17))
+    offsets = [(i, i + 1) for i in range(7)]
+    windows = text_windows(ids, 3, specials, offsets)
+    assert [w["input_ids"] for w in windows] == [
+        specials.build(chunk)[0] for chunk in split_chunks(ids, 3)
+    ]
+    assert windows[-1]["special_tokens_mask"] == [1, 0, 1]
+    assert windows[-1]["offset_mapping"] == [(0, 0), (6, 7), (0, 0)]
+    assert all(w["attention_mask"] == [1] * len(w["input_ids"]) for w in windows)
+    assert "offset_mapping" not in text_windows(ids, 3, specials)[0]
+    assert text_windows([], 3, specials) == []  # no token, no window (chunks give one)

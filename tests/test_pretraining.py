@@ -201,7 +201,7 @@ def test_masking_draws_as_transformers_collator_does(tiny_bert, whole_word_mask)
 
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
-    from skbert.pretraining import _pad_rows
+    from skbert._text.encoding import pad_features
 
     options = {"mlm_probability": 0.3}
     if whole_word_mask:
@@ -212,7 +212,7 @@ def test_masking_draws_as_transformers_collator_does(tiny_bert, whole_word_mask)
     texts = [LONG_TEXT, "the cats sat", "a dog", "the dogs sat on the mat , love it"]
     rows = masked_lm_windows(tokenizer, texts, 16, whole_word_mask=whole_word_mask)
     if whole_word_mask:  # the collator's padding would leave the offsets ragged
-        padded = _pad_rows(rows, tokenizer.pad_token_id)
+        padded = {k: v.tolist() for k, v in pad_features(rows, tokenizer.pad_token_id).items()}
         given = [
             dict(zip(padded, values, strict=True)) for values in zip(*padded.values(), strict=True)
         ]

@@ -1,4 +1,10 @@
-"""Texts -> model rows: tokenize, truncate (or chunk), add special tokens, block by length."""
+"""Texts -> model rows: tokenize, truncate (or chunk), add special tokens, pad, block by length.
+
+The estimators encode texts into rows here (:func:`encode_texts`), the training loop pads them
+into batches (:func:`pad_batch`), prediction blocks them by length (:func:`row_blocks`); masked-LM
+pre-training cuts its windows (:func:`text_windows`) and pads them (:func:`pad_features`) with the
+same code.
+"""
 
 from __future__ import annotations
 
@@ -20,8 +26,11 @@ __all__ = [
     "distinct_rows",
     "encode_texts",
     "pad_batch",
+    "pad_features",
+    "pad_rows",
     "row_blocks",
     "stack_rows",
+    "text_windows",
 ]
 
 
@@ -217,6 +226,117 @@ def _encode_each(tokenizer, specials, first, second, readout):
     return rows, truncated
 
 
+def text_windows(ids, budget: int, specials, offsets=None) -> list:
+    """All of one text's tokens as model windows, each with the model's special tokens.
+
+    The windows are those of ``truncation="chunks"`` without ``max_chunks``: consecutive cuts
+    of ``budget`` content tokens (:func:`~skbert.truncation.split_chunks`), each wrapped in the
+    special tokens by ``specials.build``; so every token is read once, in order. A text without
+    tokens has no window.
+
+    Parameters
+    ----------
+    ids : sequence of int
+        The text's token ids, without special tokens.
+    budget : int
+        Content tokens per window (``max_length`` less the special tokens).
+    specials : SpecialTokens
+        Where the tokenizer puts its special tokens.
+    offsets : sequence of (int, int) or None, default=None
+        Character offsets of ``ids`` in the text, cut into the same windows.
+
+    Returns
+    -------
+    list of dict
+        Features per window, as a tokenizer returns them: ``input_ids``, ``attention_mask``,
+        ``special_tokens_mask`` (1 on the special tokens) and, with ``offsets``,
+        ``offset_mapping`` (``(0, 0)`` for the special tokens).
+    """
+    if not len(ids):
+        return []
+    prefix, suffix = (len(part) for part in specials.single)
+    spans = None if offsets is None else split_chunks(offsets, budget)
+    windows = []
+    for i, content in enumerate(split_chunks(ids, budget)):
+        input_ids, _ = specials.build(content)
+        window = {
+            "input_ids": input_ids,
+            "attention_mask": [1] * len(input_ids),
+            "special_tokens_mask": [1] * prefix + [0] * len(content) + [1] * suffix,
+        }
+        if spans is not None:
+            content_spans = [tuple(span) for span in spans[i]]
+            window["offset_mapping"] = [(0, 0)] * prefix + content_spans + [(0, 0)] * suffix
+        windows.append(window)
+    return windows
+
+
+def pad_rows(rows, width: int, fill=0, *, left: bool = False) -> np.ndarray:
+    """Rows of per-token values padded with ``fill`` to ``width`` tokens.
+
+    Parameters
+    ----------
+    rows : list of sequence
+        Per-token values of each row (ints, or tuples of ints such as character offsets), at
+        most ``width`` each.
+    width : int
+        Tokens per padded row.
+    fill : int or tuple of int, default=0
+        Value of the padding positions (a tuple for rows of tuples).
+    left : bool, default=False
+        Pad on the left (the rows end at the last column) instead of the right.
+
+    Returns
+    -------
+    ndarray of int64, of shape (len(rows), width) or (len(rows), width, len(fill))
+    """
+    padded = np.full((len(rows), width, *np.shape(fill)), fill, dtype=np.int64)
+    for r, values in enumerate(rows):
+        n = len(values)
+        if n and left:
+            padded[r, width - n :] = values
+        elif n:
+            padded[r, :n] = values
+    return padded
+
+
+#: What :func:`pad_features` pads each feature with (``input_ids``: the pad token's id): the
+#: padding is masked out, counts as a special token (never chosen for masking), has no
+#: characters, and no masked-LM target.
+PADDING = {
+    "attention_mask": 0,
+    "token_type_ids": 0,
+    "special_tokens_mask": 1,
+    "offset_mapping": (0, 0),
+    "labels": -100,
+}
+
+
+def pad_features(rows, pad_id: int, *, left: bool = False) -> dict:
+    """Pad feature rows (such as :func:`text_windows`') to the longest into arrays.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Each row's features, the same keys in every row (see :data:`PADDING`).
+    pad_id : int
+        Id of the pad token (the fill of ``input_ids``).
+    left : bool, default=False
+        Pad on the left (a tokenizer's ``padding_side="left"``).
+
+    Returns
+    -------
+    dict of ndarray
+        ``{key: int64 array of shape (n_rows, longest)}`` (``(n_rows, longest, 2)`` for
+        ``offset_mapping``).
+    """
+    width = max(len(row["input_ids"]) for row in rows)
+    fill = {**PADDING, "input_ids": pad_id}
+    return {
+        key: pad_rows([row[key] for row in rows], width, fill[key], left=left) for key in rows[0]
+    }
+
+
 def pad_batch(encoded: Encoded, indices, pad_id: int):
     """Pad the rows of the texts ``indices`` into numpy arrays (for training batches).
 
@@ -231,13 +351,10 @@ def pad_batch(encoded: Encoded, indices, pad_id: int):
         (pos for pos, i in enumerate(indices) for _ in encoded.rows[i]), dtype=np.int64
     )
     width = max(len(ids) for ids, _ in rows)
-    input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    token_types = np.zeros((len(rows), width), dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    for r, (ids, types) in enumerate(rows):
-        input_ids[r, : len(ids)] = ids
-        token_types[r, : len(types)] = types
-        mask[r, : len(ids)] = 1
+    input_ids = pad_rows([ids for ids, _ in rows], width, pad_id)
+    token_types = pad_rows([types for _, types in rows], width)
+    lengths = np.fromiter((len(ids) for ids, _ in rows), dtype=np.int64, count=len(rows))
+    mask = (np.arange(width) < lengths[:, None]).astype(np.int64)
     return input_ids, mask, token_types, owner
 
 

@@ -144,7 +144,60 @@ def cases(models: dict, cache: str):
                 {"transform": DOCS},
             ),
         ]
+    out += masked_lm_cases(models["bert"], os.path.join(os.path.dirname(cache), "pretrained"))
     return out
+
+
+def masked_lm_cases(model: str, directory: str):
+    """Within-task masked-LM steps in a classifier's fit, and :func:`further_pretrain` (plain
+    and whole-word masking) read back by a sentence transformer; on tiny BERT only (neither it
+    nor the packaged MiniLM has trained masked-LM head weights: the head starts seeded)."""
+    from skbert import BertSentenceTransformer, BertTextClassifier
+    from skbert.pretraining import further_pretrain
+
+    def further_pretrained(whole_word_mask: bool):
+        path = further_pretrain(
+            DOCS + TEXTS,
+            os.path.join(directory, f"wwm-{whole_word_mask}"),
+            model=model,
+            whole_word_mask=whole_word_mask,
+            max_steps=5,
+            max_length=16,
+            batch_size=3,
+            learning_rate=1e-3,
+            random_state=0,
+            device="cpu",
+            verbose=0,
+        )
+        return BertSentenceTransformer(path)
+
+    mlm = {"mlm_steps": 4, "max_epochs": 1, "random_state": 0, "batch_size": 3}
+    return [
+        (
+            "bert-classifier-mlm",
+            lambda: BertTextClassifier(model, **mlm),
+            (TEXTS, LABELS),
+            {"predict_proba": TEXTS, "decision_function": TEXTS},
+        ),
+        (
+            "bert-classifier-mlm-chunks",
+            lambda: BertTextClassifier(model, truncation="chunks", max_length=16, **mlm),
+            (DOCS, LABELS),
+            {"predict_proba": DOCS},
+        ),
+        (
+            "bert-mlm-further-pretrain",
+            lambda: further_pretrained(False),
+            (TEXTS,),
+            {"transform": DOCS},
+        ),
+        (
+            "bert-mlm-further-pretrain-whole-word",
+            lambda: further_pretrained(True),
+            (TEXTS,),
+            {"transform": DOCS},
+        ),
+    ]
 
 
 def run_all(models: dict, cache: str) -> dict:
