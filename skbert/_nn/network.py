@@ -7,10 +7,10 @@ import inspect
 import torch
 from torch import nn
 
-from .._estimator.readout import Readout
 from .._inference.cpu.fixed_blocks import in_fixed_blocks
 from .._inference.cpu.tiled_layers import tiled_forward
 from ..pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling
+from .readout import Readout
 
 __all__ = [
     "SentenceEncoder",
