@@ -6,7 +6,7 @@ the data loaders (:mod:`skbert.datasets`) and the packaged model.
 """
 
 from ._core.version import __version__
-from ._estimator.persistence import load
+from ._estimator.persistence.folder import load
 from .classifier import BertTextClassifier
 from .exceptions import TrainingDivergedError
 from .optim import layerwise_param_groups

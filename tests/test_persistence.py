@@ -23,7 +23,7 @@ from sklearn.frozen import FrozenEstimator
 
 import skbert
 from skbert import BertSentenceTransformer, BertTextClassifier
-from skbert._estimator.persistence import _Reader, _Writer
+from skbert._estimator.persistence.codec import SaveReader, SaveWriter
 
 PAIRS = np.array([[a, b] for a, b in zip(TEXTS, TEXTS[::-1], strict=True)], dtype=object)
 SCORES = np.linspace(0.0, 5.0, len(PAIRS))
@@ -268,9 +268,9 @@ def test_codec_round_trips_every_value_type():
             np.zeros((0, 3), dtype=np.uint8),
         ],
     }
-    node = _Writer(None, 0).encode(values, "values")
+    node = SaveWriter(None, 0).encode(values, "values")
     text = json.dumps(node, allow_nan=False)  # valid JSON: no NaN tokens
-    decoded = _Reader(None, 0).decode(json.loads(text), "values")
+    decoded = SaveReader(None, 0).decode(json.loads(text), "values")
     assert_same(values, decoded, "values")
     assert math.copysign(1.0, decoded["floats"][3]) == -1.0
     assert decoded["arrays"][2].dtype.str == ">i4"
@@ -282,7 +282,7 @@ def test_codec_round_trips_every_value_type():
 )
 def test_codec_refuses_what_it_cannot_store(value):
     with pytest.raises(TypeError, match="cannot save attr"):
-        _Writer(None, 0).encode(value, "attr")
+        SaveWriter(None, 0).encode(value, "attr")
 
 
 # ---------------------------------------------------------------------- save's contract
