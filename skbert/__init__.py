@@ -5,13 +5,12 @@ on first use so that ``import skbert`` stays quick: transformers (and huggingfac
 the data loaders (:mod:`skbert.datasets`) and the packaged model.
 """
 
-from ._estimator.persistence import load
+from ._core.version import __version__
+from ._estimator.persistence.folder import load
 from .classifier import BertTextClassifier
 from .exceptions import TrainingDivergedError
 from .optim import layerwise_param_groups
 from .sentence import BertSentenceTransformer
-
-__version__ = "0.1.0.dev0"
 
 __all__ = [
     "BertSentenceTransformer",

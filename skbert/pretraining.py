@@ -29,13 +29,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
 
 from ._core.runtime import report, resolve_device, resolve_precision, training_flops
+from ._estimator.model_source import fitted_encoder_source, load_encoder
 from ._estimator.validation import check_output_dir, check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
     SpecialTokens,
-    fitted_encoder_source,
     float32_weights,
-    load_backbone,
     loading_errors,
     locate_model,
     quiet_loading,
@@ -87,7 +86,7 @@ def load_masked_lm(model=DEFAULT_MODEL):
 
     fitted = fitted_encoder_source(model)
     if fitted is not None:
-        tokenizer, backbone = load_backbone(fitted)
+        tokenizer, backbone = load_encoder(fitted)
         config = backbone.config
         name = type(fitted).__name__
     else:

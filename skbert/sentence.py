@@ -15,12 +15,11 @@ from sklearn.utils.validation import check_is_fitted, check_memory
 
 from ._core.runtime import report
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
+from ._estimator.model_source import fitted_encoder_source, model_normalizes
 from ._estimator.targets import check_class_labels, check_gold_scores, check_scores, holds_scores
 from ._estimator.validation import check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
-    checkpoint_normalizes,
-    fitted_encoder_source,
     load_backbone,
     load_tokenizer_and_config,
     local_directory,
@@ -362,7 +361,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     def _resolve_normalize(self) -> bool:
         if self.normalize != "auto":
             return bool(self.normalize)
-        return checkpoint_normalizes(self.model)
+        return model_normalizes(self.model)
 
     # ------------------------------------------------------------------ feature cache
     def _cache_root(self):

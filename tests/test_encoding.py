@@ -185,8 +185,8 @@ def test_encoding_pauses_the_garbage_collector_and_restores_it(tiny_bert, enable
 
     from transformers import AutoTokenizer
 
-    from skbert._estimator.readout import Readout
     from skbert._nn.backbone import SpecialTokens
+    from skbert._nn.readout import Readout
     from skbert._text.encoding import encode_texts
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)

@@ -17,7 +17,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
 from skbert import BertSentenceTransformer
-from skbert._estimator.readout import Readout
+from skbert._nn.readout import Readout
 from skbert._storage import feature_cache as _feature_cache
 from skbert._storage.feature_cache import (
     FeatureCacheError,

@@ -23,7 +23,7 @@ from sklearn.frozen import FrozenEstimator
 
 import skbert
 from skbert import BertSentenceTransformer, BertTextClassifier
-from skbert._estimator.persistence import _Reader, _Writer
+from skbert._estimator.persistence.codec import SaveReader, SaveWriter
 
 PAIRS = np.array([[a, b] for a, b in zip(TEXTS, TEXTS[::-1], strict=True)], dtype=object)
 SCORES = np.linspace(0.0, 5.0, len(PAIRS))
@@ -268,9 +268,9 @@ def test_codec_round_trips_every_value_type():
             np.zeros((0, 3), dtype=np.uint8),
         ],
     }
-    node = _Writer(None, 0).encode(values, "values")
+    node = SaveWriter(None, 0).encode(values, "values")
     text = json.dumps(node, allow_nan=False)  # valid JSON: no NaN tokens
-    decoded = _Reader(None, 0).decode(json.loads(text), "values")
+    decoded = SaveReader(None, 0).decode(json.loads(text), "values")
     assert_same(values, decoded, "values")
     assert math.copysign(1.0, decoded["floats"][3]) == -1.0
     assert decoded["arrays"][2].dtype.str == ">i4"
@@ -282,7 +282,7 @@ def test_codec_round_trips_every_value_type():
 )
 def test_codec_refuses_what_it_cannot_store(value):
     with pytest.raises(TypeError, match="cannot save attr"):
-        _Writer(None, 0).encode(value, "attr")
+        SaveWriter(None, 0).encode(value, "attr")
 
 
 # ---------------------------------------------------------------------- save's contract
@@ -490,3 +490,141 @@ def test_unavailable_device_transform_with_and_without_cache(tiny_bert, tmp_path
         assert len(fallback_messages(transform, transform)) == 1
         loaded = pickle.loads(pickle.dumps(est))
         assert len(fallback_messages(lambda est=loaded: transform(est))) == 1
+
+
+# ---------------------------------------------------------------------- the class registry
+@pytest.fixture
+def registry(monkeypatch):
+    """The registry of estimator classes, restored after the test (classes a test defines
+    leave with it)."""
+    from skbert._estimator.persistence import registry
+
+    monkeypatch.setattr(registry, "_CLASSES", dict(registry._CLASSES))
+    return registry
+
+
+def test_skbert_estimators_are_registered_by_import(registry):
+    assert registry.registered_names() == ("BertSentenceTransformer", "BertTextClassifier")
+    assert registry.estimator_class("BertTextClassifier") is BertTextClassifier
+    assert registry.estimator_class("BertSentenceTransformer") is BertSentenceTransformer
+
+
+def test_a_subclass_defined_at_runtime_registers_and_round_trips(registry, tiny_bert, tmp_path):
+    class MyClassifier(BertTextClassifier):
+        pass
+
+    assert registry.estimator_class("MyClassifier") is MyClassifier
+    clf = MyClassifier(tiny_bert, **TRAIN).fit(TEXTS, LABELS)
+    loaded = skbert.load(clf.save(tmp_path / "mine"))
+    assert type(loaded) is MyClassifier
+    assert np.array_equal(loaded.predict_proba(TEXTS), clf.predict_proba(TEXTS))
+    # a folder naming a class no longer registered fails as any unknown class does
+    registry._CLASSES.pop("MyClassifier")
+    with pytest.raises(ValueError, match=r"class='MyClassifier' is not an estimator skbert") as e:
+        skbert.load(tmp_path / "mine")
+    assert "allowed: BertSentenceTransformer, BertTextClassifier" in str(e.value)
+    assert str(tmp_path / "mine") in str(e.value)
+
+
+def test_private_and_shadowing_subclasses_are_not_registered(registry, fitted, saved, tmp_path):
+    class _Helper(BertTextClassifier):
+        pass
+
+    def shadow():
+        class BertTextClassifier(skbert.BertTextClassifier):  # the same name, another class
+            pass
+
+        return BertTextClassifier
+
+    shadowing = shadow()
+    assert "_Helper" not in registry.registered_names()
+    assert registry.estimator_class("BertTextClassifier") is skbert.BertTextClassifier
+    assert type(skbert.load(saved)) is skbert.BertTextClassifier  # not taken over
+    for i, cls in enumerate((_Helper, shadowing)):
+        est = copy.deepcopy(fitted)
+        est.__class__ = cls
+        with pytest.raises(TypeError, match="cannot save the estimator: .*only the registered"):
+            est.save(tmp_path / f"m{i}")
+        assert not (tmp_path / f"m{i}").exists()
+
+
+def test_a_class_statement_run_again_replaces_its_registration(registry):
+    namespace = {"BertTextClassifier": BertTextClassifier, "__name__": "notebook"}
+    source = "class Again(BertTextClassifier):\n    pass\n"
+    exec(source, namespace)
+    first = namespace["Again"]
+    exec(source, namespace)
+    assert namespace["Again"] is not first
+    assert registry.estimator_class("Again") is namespace["Again"]
+
+
+# ---------------------------------------------------------------------- network state
+def assert_same_network(a, b) -> None:
+    assert_same(a, b, "network")
+    x = {"input_ids": torch.tensor([[2, 5, 7, 9, 3], [2, 6, 8, 3, 0]])}
+    x["attention_mask"] = (x["input_ids"] != 0).long()
+    with torch.inference_mode():
+        assert torch.equal(a(**x), b(**x))
+
+
+@pytest.mark.parametrize("kind", ["encoder-cnn", "task-network"])
+def test_network_state_round_trip(tiny_bert, kind):
+    from skbert._nn.state import network_from_state, network_to_state
+
+    if kind == "encoder-cnn":
+        params = {"fine_tune": "top", "pooling": "cnn", "cnn_kernel_sizes": (1, 3)}
+        est = BertSentenceTransformer(tiny_bert, cnn_channels=4, **TRAIN, **params)
+        network = est.fit(PAIRS, SCORES).network_
+    else:
+        network = BertTextClassifier(tiny_bert, layer=(1, 2), **TRAIN).fit(TEXTS, LABELS).network_
+    state = network_to_state(network)
+    assert set(state) == {"format", "description", "tensors"}
+    assert type(state["description"]) is str and type(state["tensors"]) is bytes
+    rng = torch.random.get_rng_state()
+    rebuilt = network_from_state(pickle.loads(pickle.dumps(state)))
+    assert torch.equal(torch.random.get_rng_state(), rng)  # new modules draw from their own
+    assert type(rebuilt) is type(network)
+    assert_same_network(network, rebuilt)
+
+
+def test_deepcopy_of_a_network_is_plain_and_exact(fitted):
+    """transformers 5 hooks (local functions) do not pickle, but deepcopy shares them; a copy
+    stays where and as it is and draws nothing from torch's RNG."""
+    network = fitted.network_
+    fitted.predict_proba(TEXTS)  # a forward pass installs the hooks (transformers 5)
+    if any(module._forward_hooks for module in network.modules()):
+        with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+            pickle.dumps(network.backbone)
+    rng = torch.random.get_rng_state()
+    copied = copy.deepcopy(network)
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    assert_same_network(network, copied)
+    first = next(copied.parameters())
+    with torch.no_grad():
+        first.add_(1.0)  # the copy is independent
+    assert not torch.equal(first, next(network.parameters()))
+
+
+def test_fitted_network_is_the_seam_of_a_fitted_estimator(tiny_bert, tmp_path):
+    with pytest.raises(NotFittedError):
+        BertTextClassifier(tiny_bert).fitted_network()
+    est = BertSentenceTransformer(tiny_bert, device="cpu", memory=tmp_path).fit(TEXTS)
+    assert "network_" not in vars(est)
+    assert est.fitted_network() is est.network_  # a deferred fit loads it here
+    from skbert._estimator.model_source import load_encoder
+
+    for model in (est, FrozenEstimator(est)):  # model=fitted: copies, through the seam
+        tokenizer, backbone = load_encoder(model)
+        assert backbone is not est.network_.backbone and tokenizer is not est.tokenizer_
+        assert not backbone.training
+        assert_same(backbone, est.network_.backbone, "backbone")
+        assert tokenizer(TEXTS[0])["input_ids"] == est.tokenizer_(TEXTS[0])["input_ids"]
+
+
+def test_version_is_the_packages_and_saves_record_it(saved):
+    from conftest import REPO
+
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'(?m)^version = "([^"]+)"', text).group(1) == skbert.__version__
+    manifest = json.loads((saved / "skbert.json").read_text(encoding="utf-8"))
+    assert manifest["skbert_version"] == skbert.__version__

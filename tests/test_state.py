@@ -13,7 +13,7 @@ from conftest import REPO, TEXTS
 from sklearn.base import clone
 
 from skbert import BertSentenceTransformer, BertTextClassifier
-from skbert._estimator.readout import Readout
+from skbert._nn.readout import Readout
 
 POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
 NEG = ["terrible film , hate it", "a very bad movie", "bad dog", "hate the mat", "not good"]

@@ -18,14 +18,17 @@ from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from .._core.runtime import report, resolve_device, resolve_precision, training_flops
 from .._inference.predict import low_precision_copy, predict_rows
-from .._nn.backbone import SpecialTokens, load_backbone, model_max_length, quiet_loading
+from .._nn.backbone import SpecialTokens, model_max_length, quiet_loading
 from .._nn.network import SentenceEncoder
+from .._nn.state import network_from_state, network_to_state
 from .._text.encoding import encode_texts, pad_batch
 from .._training.distributed import shared_seed
 from .._training.loop import TrainingConfig
 from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from ..truncation import STRATEGIES
-from . import persistence as _persistence
+from .model_source import load_encoder
+from .persistence import folder as _persistence
+from .persistence.registry import register_estimator
 from .readout import resolve_readout
 from .validation import check_output_dir
 
@@ -42,7 +45,14 @@ class BertEstimatorBase(BaseEstimator):
     prediction methods. ``fit`` starts with :meth:`_start_fit`, builds the network with
     :meth:`_build_encoder` (which resolves the read-out parameters into ``readout_``), and
     predictions go through :meth:`_forward_all`, the one inference path.
+
+    Every public subclass joins the registry of estimator classes when it is defined
+    (:mod:`skbert._estimator.persistence.registry`): its saves load with :func:`skbert.load`.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register_estimator(cls)
 
     _parameter_constraints: dict = {
         "model": [str, HasMethods(["save_pretrained", "get_params"])],
@@ -241,7 +251,7 @@ class BertEstimatorBase(BaseEstimator):
 
     def _build_encoder(self) -> SentenceEncoder:
         """Load the encoder and tokenizer, resolve the read-out; return the network."""
-        tokenizer, backbone = load_backbone(self.model)
+        tokenizer, backbone = load_encoder(self.model)
         self._resolve_readout(tokenizer, backbone.config)
         return SentenceEncoder(backbone, self.readout_).eval()
 
@@ -326,6 +336,27 @@ class BertEstimatorBase(BaseEstimator):
         """``network_``; an estimator whose ``fit`` may defer loading the encoder
         (``BertSentenceTransformer(memory=...)``) loads it here."""
         return self.network_
+
+    def fitted_network(self):
+        """The fitted network: the encoder with its pooling (and output layer, if any).
+
+        The one way other modules read a fitted estimator's network (a save, and
+        ``model=fitted_estimator`` starting another estimator from this one's encoder): an
+        estimator whose ``fit`` deferred loading the encoder
+        (``BertSentenceTransformer(memory=...)``) loads it here.
+
+        Returns
+        -------
+        SentenceEncoder or TaskNetwork
+            ``network_`` itself (not a copy): callers that change it copy it first.
+
+        Raises
+        ------
+        NotFittedError
+            If the estimator is not fitted.
+        """
+        check_is_fitted(self)
+        return self._loaded_network()
 
     def _inference_network(self, device, dtype):
         """The network for predictions: ``network_`` in eval mode on ``device``, or for
@@ -463,11 +494,11 @@ class BertEstimatorBase(BaseEstimator):
         for name in _persistence.unsaved_attributes(self):
             state.pop(name, None)
         if "network_" in state:
-            state["network_"] = _persistence.network_to_state(state["network_"])
+            state["network_"] = network_to_state(state["network_"])
         return state
 
     def __setstate__(self, state):
         if "network_" in state:
             # rebuilt on the CPU: a model fitted on a GPU loads on a CPU-only machine
-            state = {**state, "network_": _persistence.network_from_state(state["network_"])}
+            state = {**state, "network_": network_from_state(state["network_"])}
         super().__setstate__(state)

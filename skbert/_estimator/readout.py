@@ -1,110 +1,25 @@
-"""The read-out settings of a fit, resolved once against the model: :class:`Readout`.
+"""The read-out settings of a fit, resolved once against the model: :func:`resolve_readout`.
 
 How a text becomes a vector is set by eleven estimator parameters (truncation, lengths,
 layers, pooling, ...), some of which only mean something once the model is known
-(``max_length=None`` is the model's limit, ``layer=-1`` its last layer). ``fit`` resolves them
-into one frozen :class:`Readout`, which the encoding (:mod:`skbert._text.encoding`), the network
-(:mod:`skbert._nn.network`) and the feature cache's key all read, so that no module interprets
-the raw parameters again.
+(``max_length=None`` is the model's limit, ``layer=-1`` its last layer). ``fit`` (in
+:mod:`skbert._estimator.base`) resolves them into one frozen
+:class:`~skbert._nn.readout.Readout`, which the encoding (:mod:`skbert._text.encoding`), the
+network (:mod:`skbert._nn.network`) and the feature cache's key all read, so that no module
+interprets the raw parameters again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ..pooling import TRAINABLE_CHUNK_POOLINGS, TRAINABLE_POOLINGS
+from .._nn.readout import Readout
 from .validation import check_kernel_sizes, check_layers
 
-__all__ = ["Readout", "resolve_readout"]
-
-
-@dataclass(frozen=True)
-class Readout:
-    """How texts are cut and read out of the encoder; see the estimators' parameters.
-
-    Attributes
-    ----------
-    truncation : {"head", "tail", "head+tail", "chunks"}
-        What to keep of a long text.
-    max_length : int
-        Tokens per model input, special tokens included (resolved: never None).
-    head_length : int
-        Tokens kept from the start of a text by ``"head+tail"``.
-    max_chunks : int or None
-        Windows kept per text by ``"chunks"``.
-    chunk_pooling : {"mean", "max", "attention"}
-        How the windows of one text are combined by ``"chunks"``.
-    layers : tuple of int
-        Non-negative indices of the hidden states read.
-    layer_combine : {"concat", "mean", "max"}
-        How the token states of several layers are combined.
-    pooling : {"cls", "mean", "max", "cnn"}
-        How token states become one vector.
-    hidden_size : int
-        Width of one hidden state of the encoder.
-    n_hidden_states : int
-        Hidden states the encoder returns (its layers + 1).
-    cnn_kernel_sizes : tuple of int
-        Convolution widths of ``pooling="cnn"``.
-    cnn_channels : int
-        Channels per convolution of ``pooling="cnn"``.
-    """
-
-    truncation: str
-    max_length: int
-    head_length: int
-    max_chunks: int | None
-    chunk_pooling: str
-    layers: tuple
-    layer_combine: str
-    pooling: str
-    hidden_size: int
-    n_hidden_states: int
-    cnn_kernel_sizes: tuple = (1, 3, 5)
-    cnn_channels: int = 128
-
-    @property
-    def chunked(self) -> bool:
-        """Whether long texts are cut into windows that are encoded separately."""
-        return self.truncation == "chunks"
-
-    @property
-    def token_dim(self) -> int:
-        """Width of the (combined) token states that the pooling reads."""
-        if self.layer_combine == "concat":
-            return self.hidden_size * len(self.layers)
-        return self.hidden_size
-
-    @property
-    def output_dim(self) -> int:
-        """Width of the text vectors."""
-        if self.pooling == "cnn":
-            return self.cnn_channels * len(self.cnn_kernel_sizes)
-        return self.token_dim
-
-    @property
-    def untrained_weights(self) -> list:
-        """The parameters naming a pooling with weights of its own, which must be trained."""
-        names = []
-        if self.pooling in TRAINABLE_POOLINGS:
-            names.append(f"pooling={self.pooling!r}")
-        if self.chunked and self.chunk_pooling in TRAINABLE_CHUNK_POOLINGS:
-            names.append(f"chunk_pooling={self.chunk_pooling!r}")
-        return names
-
-    def encoding_key(self) -> dict:
-        """The settings that decide a text's model rows (for the feature cache's key)."""
-        return {
-            "truncation": self.truncation,
-            "max_length": self.max_length,
-            "head_length": self.head_length if self.truncation == "head+tail" else None,
-            "max_chunks": self.max_chunks if self.chunked else None,
-            "chunk_pooling": self.chunk_pooling if self.chunked else None,
-        }
+__all__ = ["resolve_readout"]
 
 
 def resolve_readout(params: dict, config, specials, max_model_length: int) -> Readout:
-    """Check the read-out parameters against the model and resolve them into a :class:`Readout`.
+    """Check the read-out parameters against the model and resolve them into a
+    :class:`~skbert._nn.readout.Readout`.
 
     Parameters
     ----------

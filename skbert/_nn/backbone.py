@@ -7,7 +7,6 @@ stays quick.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import json
 import os
@@ -23,7 +22,6 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 __all__ = [
     "DEFAULT_MODEL",
     "resolve_model",
-    "fitted_encoder_source",
     "locate_model",
     "local_directory",
     "load_tokenizer_and_config",
@@ -86,39 +84,17 @@ def _how_to_get(model: str) -> str:
     )
 
 
-def fitted_encoder_source(model):
-    """The fitted skbert estimator that ``model`` stands for, or None if ``model`` is a str.
-
-    ``model`` may be a fitted skbert estimator or one wrapped in
-    ``sklearn.frozen.FrozenEstimator`` (which survives ``clone``, so it works inside
-    ``GridSearchCV``).
-
-    Raises
-    ------
-    ValueError
-        When ``model`` is an estimator that is not fitted (as a clone of a fitted one is).
-    """
-    if isinstance(model, str):
-        return None
-    inner = getattr(model, "estimator", model)  # FrozenEstimator(fitted)
-    # a fitted skbert estimator has tokenizer_ (its network_ may wait to be loaded: memory=)
-    if not hasattr(inner, "_loaded_network") or not hasattr(inner, "tokenizer_"):
-        raise ValueError(
-            f"model={type(inner).__name__}(...) is not fitted. A fitted skbert estimator can "
-            "be the starting point of another (its encoder, not its head); scikit-learn's "
-            "clone (GridSearchCV, cross_validate) unfits estimators given as parameters, so "
-            "there pass sklearn.frozen.FrozenEstimator(fitted), or fitted.save_pretrained(path) "
-            "and model=path."
-        )
-    return inner
-
-
-def load_backbone(model):
+def load_backbone(model: str):
     """Load ``(tokenizer, encoder)`` for ``model`` with ``AutoTokenizer`` and ``AutoModel``.
 
-    The encoder is loaded in float32, in eval mode; ``trust_remote_code`` stays off. ``model``
-    may also be a fitted skbert estimator (see :func:`fitted_encoder_source`): its tokenizer
-    and fine-tuned encoder are copied.
+    The encoder is loaded in float32, in eval mode; ``trust_remote_code`` stays off. (A
+    fitted skbert estimator as ``model`` is resolved a layer up, by
+    :func:`skbert._estimator.model_source.load_encoder`.)
+
+    Parameters
+    ----------
+    model : str
+        A hub id or a local directory (see :func:`resolve_model`).
 
     Raises
     ------
@@ -127,10 +103,6 @@ def load_backbone(model):
     """
     from transformers import AutoModel, AutoTokenizer
 
-    fitted = fitted_encoder_source(model)
-    if fitted is not None:
-        backbone = copy.deepcopy(fitted._loaded_network().backbone).to("cpu", torch.float32)
-        return copy.deepcopy(fitted.tokenizer_), backbone.eval()
     source = locate_model(model)
     with quiet_loading(), loading_errors(model, source):
         tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
@@ -198,27 +170,24 @@ def clear_memo() -> None:
     _text_side.cache_clear()
 
 
-def checkpoint_normalizes(model) -> bool:
+def checkpoint_normalizes(model: str) -> bool:
     """Whether ``model``'s own sentence-embedding pipeline L2-normalises its vectors.
 
     A sentence-transformers checkpoint describes its pipeline in ``modules.json``; when that
     ends in a ``Normalize`` module (as all-MiniLM-L6-v2's does), its vectors are meant to be
-    used normalised. A fitted skbert estimator given as ``model`` stands for the checkpoint it
-    was fitted from.
+    used normalised. (For a fitted skbert estimator as ``model``:
+    :func:`skbert._estimator.model_source.model_normalizes`.)
 
     Parameters
     ----------
-    model : str or fitted skbert estimator
-        As the estimators' ``model`` parameter.
+    model : str
+        A hub id or a local directory, as the estimators' ``model`` parameter.
 
     Returns
     -------
     bool
         False when the checkpoint has no such description (or none can be found locally).
     """
-    fitted = fitted_encoder_source(model)
-    if fitted is not None:
-        return checkpoint_normalizes(fitted.model)
     directory = local_directory(model)
     if directory is None:
         return False

@@ -7,8 +7,8 @@ import inspect
 import torch
 from torch import nn
 
-from .._estimator.readout import Readout
 from ..pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling
+from .readout import Readout
 
 __all__ = [
     "SentenceEncoder",
@@ -132,25 +132,6 @@ class SentenceEncoder(nn.Module):
         shape = rows.shape[1:]
         combined = self.chunk_pooling(rows.reshape(len(rows), -1), owner, n_texts)
         return combined.reshape(n_texts, *shape)
-
-    # Pickling: transformers 5 attaches hooks made of local functions to its models, which
-    # pickle cannot store; the backbone travels as (class, config, CPU state dict) instead.
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        modules = dict(state["_modules"])
-        backbone = modules.pop("backbone")
-        weights = {k: v.detach().cpu() for k, v in backbone.state_dict().items()}
-        state["_modules"] = modules
-        state["_backbone"] = (type(backbone), backbone.config, weights)
-        return state
-
-    def __setstate__(self, state):
-        backbone_class, config, weights = state.pop("_backbone")
-        backbone = backbone_class(config)
-        backbone.load_state_dict(weights)
-        backbone.eval()
-        state["_modules"] = {"backbone": backbone, **state["_modules"]}
-        self.__dict__.update(state)
 
     def forward(self, input_ids, attention_mask, token_type_ids=None, owner=None, n_texts=None):
         """Return ``(n_texts, output_dim)``; rows sharing an ``owner`` are chunks of one text."""

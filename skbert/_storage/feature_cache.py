@@ -54,13 +54,16 @@ import os
 import uuid
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import filelock
 import numpy as np
 
-from .._estimator.readout import Readout
 from ..exceptions import FeatureCacheError, FeatureCacheWarning
 from ..pooling import FROZEN_POOLINGS
+
+if TYPE_CHECKING:  # annotations only: the read-out is a layer above (the torch modules)
+    from .._nn.readout import Readout
 
 __all__ = [
     "FORMAT_VERSION",
