@@ -40,10 +40,11 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._nn.backbone import SpecialTokens, float32_weights, quiet_loading
 from .._nn.network import SentenceEncoder, TaskNetwork
+from .deferred import DeferredNetwork
 from .readout import Readout
 from .validation import check_output_dir
 
-__all__ = ["save", "load", "network_to_state", "network_from_state", "unsaved_attributes"]
+__all__ = ["save", "load", "network_to_state", "network_from_state"]
 
 #: the manifest of a save, written last (a folder without it is not a save)
 MANIFEST = "skbert.json"
@@ -150,13 +151,6 @@ def load(path):
         raise ValueError(f"{os.fspath(path)!r} is not a valid skbert save: {detail}") from exc
 
 
-def unsaved_attributes(estimator) -> set:
-    """Names in ``vars(estimator)`` that are neither saved nor pickled: its per-fit caches
-    (``_FIT_CACHES``) and transient flags (``_UNSAVED``)."""
-    cls = type(estimator)
-    return {*getattr(cls, "_FIT_CACHES", ()), *getattr(cls, "_UNSAVED", ())}
-
-
 def _check_replaceable(target: Path) -> None:
     if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).is_file():
         raise FileExistsError(
@@ -190,11 +184,10 @@ def _write_estimator(estimator, folder: Path, depth: int) -> None:
     from .. import __version__
 
     check_is_fitted(estimator)
-    if "network_" not in vars(estimator):
-        estimator._loaded_network()  # memory=: the encoder may not be loaded yet
+    if "network_" not in vars(estimator):  # memory=: a deferred encoder is saved loaded
+        estimator.network_ = estimator.fitted_network()
     writer = _Writer(folder, depth)
     params = estimator.get_params(deep=False)
-    skip = set(params) | unsaved_attributes(estimator)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -205,7 +198,7 @@ def _write_estimator(estimator, folder: Path, depth: int) -> None:
         "fitted": {
             name: writer.encode(value, name)
             for name, value in vars(estimator).items()
-            if name not in skip
+            if name not in params
         },
     }
     text = json.dumps(manifest, allow_nan=False, indent=1)
@@ -544,7 +537,7 @@ class _Writer:
             return {"type": "dict", "items": items}
         if kind is np.ndarray:
             return _encode_array(value, where)
-        if kind in (Readout, SpecialTokens):
+        if kind in (Readout, SpecialTokens, DeferredNetwork):
             fields = {
                 f.name: self.encode(getattr(value, f.name), f"{where}.{f.name}")
                 for f in dataclasses.fields(value)
@@ -570,7 +563,7 @@ class _Writer:
             return self._write_linear(value, where)
         if _is_tokenizer(value):
             return self._write_tokenizer(value, where)
-        if hasattr(value, "get_params") and hasattr(value, "_loaded_network"):
+        if hasattr(value, "get_params") and hasattr(value, "fitted_network"):
             return self._write_nested(value, where)
         _cannot_encode(value, where)
 
@@ -764,6 +757,7 @@ _PLAIN_DECODERS = {
     "numpy_scalar": lambda reader, node, where: _decode_numpy_scalar(node, where),
     "Readout": _decode_dataclass(Readout),
     "SpecialTokens": _decode_dataclass(SpecialTokens),
+    "DeferredNetwork": _decode_dataclass(DeferredNetwork),
     "RandomState": _decode_random_state,
     "joblib.Memory": _decode_memory,
     "FrozenEstimator": _decode_frozen,

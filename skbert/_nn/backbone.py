@@ -102,7 +102,7 @@ def fitted_encoder_source(model):
         return None
     inner = getattr(model, "estimator", model)  # FrozenEstimator(fitted)
     # a fitted skbert estimator has tokenizer_ (its network_ may wait to be loaded: memory=)
-    if not hasattr(inner, "_loaded_network") or not hasattr(inner, "tokenizer_"):
+    if not hasattr(inner, "fitted_network") or not hasattr(inner, "tokenizer_"):
         raise ValueError(
             f"model={type(inner).__name__}(...) is not fitted. A fitted skbert estimator can "
             "be the starting point of another (its encoder, not its head); scikit-learn's "
@@ -129,7 +129,7 @@ def load_backbone(model):
 
     fitted = fitted_encoder_source(model)
     if fitted is not None:
-        backbone = copy.deepcopy(fitted._loaded_network().backbone).to("cpu", torch.float32)
+        backbone = copy.deepcopy(fitted.fitted_network().backbone).to("cpu", torch.float32)
         return copy.deepcopy(fitted.tokenizer_), backbone.eval()
     source = locate_model(model)
     with quiet_loading(), loading_errors(model, source):
