@@ -242,3 +242,17 @@ def test_the_prediction_cache_is_no_part_of_the_estimator(tiny_bert, tmp_path):
     del est, cache
     gc.collect()
     assert reference() is None  # the cache does not keep its estimator alive
+
+
+def test_a_deferred_fit_as_model_of_another_estimator(tiny_bert, tmp_path):
+    """``model=fitted`` takes a deferred encoder through the prediction cache: the fitted
+    estimator's attributes stay as its fit left them, and the result is the same as from an
+    estimator that loaded its encoder in fit."""
+    deferred = BertSentenceTransformer(tiny_bert, device="cpu", memory=tmp_path).fit(TEXTS)
+    loaded = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    before = dict(vars(deferred))
+    clf = BertTextClassifier(deferred, device="cpu", **TRAIN).fit(TEXTS, LABELS)
+    assert list(vars(deferred)) == list(before)
+    assert all(vars(deferred)[k] is v for k, v in before.items())
+    reference = BertTextClassifier(loaded, device="cpu", **TRAIN).fit(TEXTS, LABELS)
+    assert np.array_equal(clf.predict_proba(TEXTS), reference.predict_proba(TEXTS))
