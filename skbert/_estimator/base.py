@@ -304,8 +304,8 @@ class BertEstimatorBase(BaseEstimator):
         (``inference=True``) of a fitted model run on the CPU instead, with the CPU's
         precision for ``precision="auto"``, and warn once per estimator (and device; noted in
         its prediction cache): a model fitted on a GPU predicts anywhere without editing its
-        parameters. ``trained``:
-        the network about to be trained (``precision="auto"`` depends on its size on CUDA).
+        parameters. ``trained``: the network about to be trained (``precision="auto"``
+        depends on its size on CUDA).
         """
         try:
             device = resolve_device(self.device)
