@@ -11,22 +11,17 @@ import torch
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.utils._param_validation import HasMethods, StrOptions
-from sklearn.utils.validation import check_is_fitted, check_memory
+from sklearn.utils.validation import check_is_fitted
 
-from ._core.runtime import report
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
-from ._estimator.model_source import fitted_encoder_source, model_normalizes
+from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
+from ._estimator.model_source import model_normalizes
 from ._estimator.targets import check_class_labels, check_gold_scores, check_scores, holds_scores
 from ._estimator.validation import check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
-    load_backbone,
-    load_tokenizer_and_config,
-    local_directory,
 )
-from ._nn.network import SentenceEncoder, SiameseNetwork
-from ._storage.feature_cache import cache_key, cached_vectors, get_store, text_digests
-from ._storage.fingerprint import directory_fingerprint, state_fingerprint
+from ._nn.network import SiameseNetwork
 from ._training.loop import length_grouped_batches, train
 
 __all__ = ["BertSentenceTransformer"]
@@ -169,9 +164,17 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     Attributes
     ----------
     network_ : torch.nn.Module
-        The encoder with its pooling (``network_.backbone`` is the Hugging Face model). With
-        ``memory``, it is set once the encoder is loaded: ``fit`` defers that until a text
-        is missing from the cache.
+        The encoder with its pooling (``network_.backbone`` is the Hugging Face model).
+        Absent when ``fit`` deferred loading the encoder (``deferred_network_``);
+        :meth:`fitted_network` gives the network in either case.
+    deferred_network_ : DeferredNetwork
+        Set in place of ``network_`` when ``fit`` deferred loading the encoder: with
+        ``memory``, ``fine_tune="none"`` and a model in a local folder, ``fit`` reads only
+        the tokenizer and configuration, and this records the folder, the hash of its files
+        and the read-out. The first prediction that misses the cache loads the encoder
+        (checking that the folder is unchanged) and keeps it with the estimator's
+        prediction caches until the next ``fit``, not in an attribute; :meth:`save` writes
+        it loaded, and sets ``network_`` to it.
     tokenizer_ : transformers tokenizer
         The model's tokenizer.
     special_tokens_ : SpecialTokens
@@ -185,7 +188,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     normalize_ : bool
         Whether ``transform`` L2-normalises (``normalize`` resolved).
     feature_fingerprint_ : str
-        With ``memory``: hash of the model's files (or weights) that keys the cache.
+        When fitted with ``memory``: hash of the model's files (or weights) that keys the
+        cache (a model fitted before ``memory`` was set is hashed on first use, and the hash
+        kept with the prediction caches).
     objective_ : str
         The training objective (when trained).
     output_layer_ : torch.nn.Linear or None
@@ -349,8 +354,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         trains = self._fine_tune_mode() != "none"
         self._start_fit(keep_learned=trains and self.warm_start and "network_" in vars(self))
         if not trains:
-            if self._cache_root() is not None:
-                self._fit_for_cache()
+            if memory_location(self.memory, self._fine_tune_mode()) is not None:
+                fit_for_cache(self)
             else:
                 self.network_ = self._build_encoder()
         else:
@@ -362,78 +367,6 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         if self.normalize != "auto":
             return bool(self.normalize)
         return model_normalizes(self.model)
-
-    # ------------------------------------------------------------------ feature cache
-    def _cache_root(self):
-        """The cache directory in force, or None (no ``memory``, or training)."""
-        if self.memory is None or self._fine_tune_mode() != "none":
-            return None
-        memory = os.fspath(self.memory) if isinstance(self.memory, os.PathLike) else self.memory
-        return check_memory(memory).location
-
-    def _fit_for_cache(self):
-        """``fit`` with a cache: fingerprint the model; defer loading its weights until a text
-        is missing from the cache (:meth:`_loaded_network` loads them then)."""
-        directory = None if fitted_encoder_source(self.model) else local_directory(self.model)
-        if directory is not None:
-            tokenizer, config = load_tokenizer_and_config(directory)
-            self._resolve_readout(tokenizer, config)
-            self.feature_fingerprint_ = directory_fingerprint(directory)
-            self._deferred_model = os.path.abspath(directory)
-        else:  # a fitted estimator, or a model that is not in a local folder
-            self.network_ = self._build_encoder()
-            self.feature_fingerprint_ = state_fingerprint(self.network_.backbone, self.tokenizer_)
-
-    def _loaded_network(self):
-        """``network_``, loading the encoder that ``fit`` fingerprinted if it deferred that.
-
-        The folder is hashed again before and after loading: had it changed since ``fit``,
-        the new vectors would be stored under the old model's cache key and mixed with its
-        vectors in one output, so that raises instead.
-        """
-        if "network_" not in vars(self):
-            directory = self._deferred_model
-            self._check_model_unchanged(directory)
-            _, backbone = load_backbone(directory)
-            self._check_model_unchanged(directory)
-            self.network_ = SentenceEncoder(backbone, self.readout_).eval()
-        return self.network_
-
-    def _check_model_unchanged(self, directory) -> None:
-        now = directory_fingerprint(directory, fresh=True)
-        if now != self.feature_fingerprint_:
-            raise RuntimeError(
-                f"The model folder {directory!r} changed after fit (its files hash to {now[:12]}"
-                f", fit saw {self.feature_fingerprint_[:12]}); fit deferred loading its weights "
-                "(memory=), and vectors of the new weights would be mixed with, and cached as, "
-                "the old model's. Fit again to use the new model."
-            )
-
-    def _cached_transform(self, first, second, root) -> np.ndarray:
-        """Vectors of the texts from the feature cache, encoding (and storing) the missing."""
-        if not hasattr(self, "feature_fingerprint_"):  # fitted before `memory` was set
-            network = self._loaded_network()
-            self.feature_fingerprint_ = state_fingerprint(network.backbone, self.tokenizer_)
-        device, dtype = self._device_and_dtype(inference=True)
-        readout = self.readout_
-        context = {"model": self.feature_fingerprint_, "device": device.type, "precision": dtype}
-
-        def compute(positions, all_layers):
-            return self._forward_all(
-                [first[i] for i in positions],
-                None if second is None else [second[i] for i in positions],
-                all_layers=all_layers,
-            )
-
-        store = get_store(root, cache_key(readout, **context))
-        vectors, n_computed = cached_vectors(store, text_digests(first, second), readout, compute)
-        if self.verbose:
-            n = len(first)
-            report(
-                f"{type(self).__name__}: {n - n_computed} of {n} texts read from the feature "
-                f"cache, {n_computed} encoded."
-            )
-        return vectors
 
     # ------------------------------------------------------------------ training
     def _resolve_objective(self, second, y) -> str:
@@ -562,9 +495,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
     def _vectors(self, first, second=None) -> np.ndarray:
         """Unnormalised vectors, from the feature cache when ``memory`` is in force."""
-        root = self._cache_root()
+        root = memory_location(self.memory, self._fine_tune_mode())
         if root is not None:
-            return self._cached_transform(first, second, root)
+            return cached_transform(self, first, second, root)
         return self._forward_all(first, second)
 
     def similarity(self, X):

@@ -17,6 +17,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 
 from skbert import BertSentenceTransformer
+from skbert._estimator.prediction_cache import prediction_cache
 from skbert._nn.readout import Readout
 from skbert._storage import feature_cache as _feature_cache
 from skbert._storage.feature_cache import (
@@ -75,16 +76,21 @@ def test_chunks_pairs_and_head_tail(tiny_bert, tmp_path):
 def test_one_forward_pass_serves_every_readout(tiny_bert, tmp_path):
     est = make(tiny_bert, memory=tmp_path).fit(TEXTS)
     assert "network_" not in vars(est)  # fit with a cache loads no weights
+    assert isinstance(est.deferred_network_.fingerprint, str)
     est.transform(TEXTS)
     assert len(shards(tmp_path)) == 1
     for pooling in ("cls", "mean", "max"):
         for layer in (0, 1, -1, (0, 1, 2)):
             other = make(tiny_bert, memory=tmp_path, pooling=pooling, layer=layer).fit(TEXTS)
             other.transform(TEXTS[2:])
-            assert "network_" not in vars(other), (pooling, layer)  # all from the cache
+            # all from the cache: no encoder loaded
+            assert "network_" not in vars(other), (pooling, layer)
+            assert prediction_cache(other).network is None, (pooling, layer)
     assert len(shards(tmp_path)) == 1
     est.transform(["a new text"])  # a miss: loads the encoder, writes one more shard
-    assert "network_" in vars(est) and len(shards(tmp_path)) == 2
+    assert len(shards(tmp_path)) == 2
+    # into the prediction cache, not the estimator
+    assert "network_" not in vars(est) and prediction_cache(est).network is not None
 
 
 def test_key_follows_weights_and_tokenizer(tiny_bert, tmp_path):

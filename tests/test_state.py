@@ -13,6 +13,7 @@ from conftest import REPO, TEXTS
 from sklearn.base import clone
 
 from skbert import BertSentenceTransformer, BertTextClassifier
+from skbert._estimator.prediction_cache import prediction_cache
 from skbert._nn.readout import Readout
 
 POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
@@ -26,9 +27,10 @@ def test_no_getattr_magic_and_hasattr_loads_nothing(tiny_bert, tmp_path):
         assert "__getattr__" not in vars(cls)
     est = BertSentenceTransformer(tiny_bert, device="cpu", memory=tmp_path).fit(TEXTS)
     assert not hasattr(est, "network_")  # asking does not load a model
-    assert "network_" not in vars(est)
+    assert "network_" not in vars(est) and prediction_cache(est).network is None
     vectors = est.transform(["a text that is not cached"])  # a miss loads the encoder
-    assert "network_" in vars(est) and vectors.shape == (1, 16)
+    assert prediction_cache(est).network is not None and vectors.shape == (1, 16)
+    assert "network_" not in vars(est)  # into the prediction cache, not the estimator
 
 
 def test_fit_resets_learned_state(tiny_bert):
@@ -44,9 +46,9 @@ def test_fit_resets_learned_state(tiny_bert):
     for name in ("classes_", "loss_curve_", "n_iter_", "objective_", "output_layer_"):
         assert not hasattr(est, name), name  # a frozen refit keeps nothing of the training
     est.set_params(precision="bf16").transform(TEXTS)
-    assert "_low_precision" in vars(est)
+    assert prediction_cache(est).low_precision is not None
     est.fit(TEXTS)
-    assert "_low_precision" not in vars(est)  # the cast copy of the old weights is gone
+    assert prediction_cache(est).low_precision is None  # the cast copy of the old weights is gone
 
 
 def test_readout_is_resolved_once(tiny_bert):

@@ -29,6 +29,7 @@ from ..truncation import STRATEGIES
 from .model_source import load_encoder
 from .persistence import folder as _persistence
 from .persistence.registry import register_estimator
+from .prediction_cache import forget_fit, prediction_cache, remembered
 from .readout import resolve_readout
 from .validation import check_output_dir
 
@@ -108,17 +109,17 @@ class BertEstimatorBase(BaseEstimator):
         "cnn_channels": "cnn_channels",
     }
 
-    #: per-fit caches, dropped by :meth:`_start_fit` (and never pickled)
-    _FIT_CACHES = ("_low_precision",)
+    #: private fitted attributes (the public ones end in ``_``), reset with those by a fit
+    _PRIVATE_FITTED = ("_n_features_out", "_fitted_model")
 
     # ------------------------------------------------------------------ fitting helpers
     def _start_fit(self, keep_learned: bool) -> None:
-        """Reset what a previous ``fit`` left: the per-fit caches, and unless
-        ``keep_learned`` (``warm_start``) every learned attribute; warn for old spellings."""
-        self._forget(*self._FIT_CACHES)
+        """Reset what a previous ``fit`` left: the prediction caches, and unless
+        ``keep_learned`` (``warm_start``) every fitted attribute; warn for old spellings."""
+        forget_fit(self)
         if not keep_learned:
             self._forget(*[k for k in vars(self) if k.endswith("_") and not k.startswith("_")])
-            self._forget("_n_features_out")
+            self._forget(*self._PRIVATE_FITTED)
         if self.fine_tune == "head":
             warnings.warn(
                 "fine_tune='head' was renamed fine_tune='top' (train the layers on top of the "
@@ -154,7 +155,7 @@ class BertEstimatorBase(BaseEstimator):
         """A copy of the fitted network for a ``warm_start`` fit to train (the fitted one stays
         as it is until the fit succeeds), after checking that no parameter that shapes the
         network changed since the last fit."""
-        network = self._loaded_network()
+        network = self.fitted_network()
         model = self._model_identity()
         if model != self._fitted_model:
             raise ValueError(
@@ -311,9 +312,10 @@ class BertEstimatorBase(BaseEstimator):
 
         ``fit`` raises for a CUDA or MPS ``device`` that this machine lacks. Predictions
         (``inference=True``) of a fitted model run on the CPU instead, with the CPU's
-        precision for ``precision="auto"``, and warn once per estimator (and device): a
-        model fitted on a GPU predicts anywhere without editing its parameters. ``trained``:
-        the network about to be trained (``precision="auto"`` depends on its size on CUDA).
+        precision for ``precision="auto"``, and warn once per estimator (and device; noted in
+        its prediction cache): a model fitted on a GPU predicts anywhere without editing its
+        parameters. ``trained``: the network about to be trained (``precision="auto"``
+        depends on its size on CUDA).
         """
         try:
             device = resolve_device(self.device)
@@ -321,54 +323,56 @@ class BertEstimatorBase(BaseEstimator):
             if not inference:
                 raise
             device = torch.device("cpu")
-            if self.__dict__.get("_cpu_fallback_warned") != self.device:
+            cache = prediction_cache(self)
+            if cache.warned_device != self.device:
                 warnings.warn(
                     f"device={self.device!r} is not available here; predicting on the CPU. "
                     "set_params(device='cpu') silences this.",
                     UserWarning,
                     stacklevel=5,  # the caller of transform, predict, ...
                 )
-                self._cpu_fallback_warned = self.device
+                cache.warned_device = self.device
         flops = None if trained is None else training_flops(trained)
         return device, resolve_precision(self.precision, device, training_flops=flops)
 
-    def _loaded_network(self):
-        """``network_``; an estimator whose ``fit`` may defer loading the encoder
-        (``BertSentenceTransformer(memory=...)``) loads it here."""
-        return self.network_
-
     def fitted_network(self):
-        """The fitted network: the encoder with its pooling (and output layer, if any).
+        """The fitted network: ``network_``, or the encoder whose loading ``fit`` deferred.
 
-        The one way other modules read a fitted estimator's network (a save, and
-        ``model=fitted_estimator`` starting another estimator from this one's encoder): an
-        estimator whose ``fit`` deferred loading the encoder
-        (``BertSentenceTransformer(memory=...)``) loads it here.
+        A ``BertSentenceTransformer(memory=...)`` fit may leave the encoder unloaded
+        (``deferred_network_``); it is loaded here on first need (checking that the model
+        folder is unchanged since ``fit``) and kept with the estimator's prediction caches
+        until the next ``fit``: the estimator's attributes stay as ``fit`` left them.
 
         Returns
         -------
-        SentenceEncoder or TaskNetwork
-            ``network_`` itself (not a copy): callers that change it copy it first.
+        torch.nn.Module
+            The encoder with its pooling (and, for a classifier, its output layer).
 
         Raises
         ------
         NotFittedError
             If the estimator is not fitted.
+        RuntimeError
+            If the model folder of a deferred encoder changed after ``fit``.
         """
         check_is_fitted(self)
-        return self._loaded_network()
+        fitted = vars(self)
+        if "network_" not in fitted and "deferred_network_" in fitted:
+            deferred = fitted["deferred_network_"]
+            return remembered(self, "network", deferred, deferred.load)
+        return self.network_
 
     def _inference_network(self, device, dtype):
-        """The network for predictions: ``network_`` in eval mode on ``device``, or for
-        bf16/fp16 a low-precision copy, kept until the next ``fit`` (never pickled)."""
-        network = self._loaded_network()
+        """The network for predictions: the fitted network in eval mode on ``device``, or for
+        bf16/fp16 a low-precision copy, kept in the prediction cache until the next ``fit``."""
+        network = self.fitted_network()
         if dtype is None:
             return low_precision_copy(network, device, None)
-        key = (str(device), dtype)
-        cached = self.__dict__.get("_low_precision")
-        if cached is None or cached[0] != key:
-            cached = self._low_precision = (key, low_precision_copy(network, device, dtype))
-        return cached[1]
+
+        def make():
+            return low_precision_copy(network, device, dtype)
+
+        return remembered(self, "low_precision", network, make, key=(str(device), dtype))
 
     def _forward_all(self, first, second=None, *, desc="Encoding", all_layers=False):
         """Network output for every text (or pair), float32, in input order (see
@@ -420,7 +424,7 @@ class BertEstimatorBase(BaseEstimator):
         """
         check_is_fitted(self)
         path = check_output_dir(path, "path")
-        network = self._loaded_network()
+        network = self.fitted_network()
         with quiet_loading():  # no "Writing model shards" bar
             network.backbone.save_pretrained(path)
             self.tokenizer_.save_pretrained(path)
@@ -434,6 +438,8 @@ class BertEstimatorBase(BaseEstimator):
         the estimator's class, its parameters and every fitted attribute, plus the tokenizer
         (``save_pretrained``) and, for ``model=fitted_estimator``, that estimator's own save.
         :func:`skbert.load` reads it back and predicts bit for bit as this estimator does.
+        A ``BertSentenceTransformer(memory=...)`` whose ``fit`` deferred loading the encoder
+        (``deferred_network_``) loads it now, keeps it in ``network_`` and saves it.
         Unlike a pickle (``pickle``, ``joblib.dump``), which runs any code stored in it when
         it is loaded, nothing in the folder is unpickled: load folders from others with
         :func:`skbert.load`, never their pickles.
@@ -482,17 +488,12 @@ class BertEstimatorBase(BaseEstimator):
         return _persistence.save(self, path)
 
     # ------------------------------------------------------------------ pickling
-    #: transient flags, like the per-fit caches never pickled or saved
-    _UNSAVED = ("_cpu_fallback_warned",)
-
     def __getstate__(self):
         # A pickle runs code when it is loaded: save()/skbert.load is the safe format. The
         # network is pickled as that format stores it (a JSON description and safetensors
         # bytes, on the CPU), so unpickling it runs no code from the bytes (no torch.load).
         # a copy: object.__getstate__ returns the live __dict__ itself
         state = dict(super().__getstate__())
-        for name in _persistence.unsaved_attributes(self):
-            state.pop(name, None)
         if "network_" in state:
             state["network_"] = network_to_state(state["network_"])
         return state

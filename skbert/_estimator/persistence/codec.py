@@ -2,8 +2,9 @@
 
 :class:`SaveWriter` and :class:`SaveReader` extend the plain values of
 :mod:`skbert._storage.tagged_json` (None, numbers, str, containers, numpy arrays and scalars)
-with the objects of a fitted estimator: the dataclasses :class:`~skbert._nn.readout.Readout`
-and :class:`~skbert._nn.backbone.SpecialTokens`, ``RandomState``, paths, ``joblib.Memory``,
+with the objects of a fitted estimator: the dataclasses :class:`~skbert._nn.readout.Readout`,
+:class:`~skbert._nn.backbone.SpecialTokens` and
+:class:`~skbert._estimator.deferred.DeferredNetwork`, ``RandomState``, paths, ``joblib.Memory``,
 ``FrozenEstimator``, and, written as files of the save folder, networks (the description of
 :mod:`skbert._nn.state` and a safetensors file), ``torch.nn.Linear`` layers, tokenizers
 (``save_pretrained``, checked with :mod:`skbert._text.tokenizer_probe`) and nested estimators
@@ -29,6 +30,7 @@ from ..._nn.readout import Readout
 from ..._nn.state import build_network, cpu_tensors, describe_network, load_tensors
 from ..._storage.tagged_json import ValueReader, ValueWriter, as_int, cannot_encode
 from ..._text.tokenizer_probe import is_tokenizer, read_tokenizer, tokenizer_probe
+from ..deferred import DeferredNetwork
 from .registry import estimator_name
 
 __all__ = ["MANIFEST", "MAX_DEPTH", "SaveWriter", "SaveReader"]
@@ -38,7 +40,7 @@ MANIFEST = "skbert.json"
 #: nested saves (``model=fitted``) deeper than this are refused as corrupt
 MAX_DEPTH = 8
 #: the dataclasses stored field by field
-_DATACLASSES = (Readout, SpecialTokens)
+_DATACLASSES = (Readout, SpecialTokens, DeferredNetwork)
 #: the names a save gives its files and folders (no separators, no "..")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 

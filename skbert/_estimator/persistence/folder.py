@@ -41,7 +41,7 @@ from ..validation import check_output_dir
 from .codec import MANIFEST, SaveReader, SaveWriter
 from .registry import estimator_class, estimator_name
 
-__all__ = ["save", "load", "unsaved_attributes", "MANIFEST", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["save", "load", "MANIFEST", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "skbert-estimator"
 #: raise it when the layout changes; :func:`load` refuses saves newer than it knows
@@ -127,13 +127,6 @@ def load(path):
         raise ValueError(f"{os.fspath(path)!r} is not a valid skbert save: {detail}") from exc
 
 
-def unsaved_attributes(estimator) -> set:
-    """Names in ``vars(estimator)`` that are neither saved nor pickled: its per-fit caches
-    (``_FIT_CACHES``) and transient flags (``_UNSAVED``)."""
-    cls = type(estimator)
-    return {*getattr(cls, "_FIT_CACHES", ()), *getattr(cls, "_UNSAVED", ())}
-
-
 def _check_replaceable(target: Path) -> None:
     if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).is_file():
         raise FileExistsError(
@@ -165,11 +158,10 @@ def _move_into_place(partial: Path, target: Path) -> None:
 def _write_estimator(estimator, folder: Path, depth: int) -> None:
     """Write ``estimator``'s files into the existing folder ``folder``, the manifest last."""
     check_is_fitted(estimator)
-    if "network_" not in vars(estimator):
-        estimator.fitted_network()  # memory=: the encoder may not be loaded yet
+    if "network_" not in vars(estimator):  # memory=: a deferred encoder is saved loaded
+        estimator.network_ = estimator.fitted_network()
     writer = SaveWriter(folder, depth, write_estimator=_write_estimator)
     params = estimator.get_params(deep=False)
-    skip = set(params) | unsaved_attributes(estimator)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -180,7 +172,7 @@ def _write_estimator(estimator, folder: Path, depth: int) -> None:
         "fitted": {
             name: writer.encode(value, name)
             for name, value in vars(estimator).items()
-            if name not in skip
+            if name not in params
         },
     }
     text = json.dumps(manifest, allow_nan=False, indent=1)

@@ -1,0 +1,90 @@
+"""The estimator side of ``BertSentenceTransformer(memory=...)``: where the frozen-feature
+cache is, what a fit with it learns, and vectors read through it.
+
+The store (:mod:`skbert._storage.feature_cache`) keeps vectors under a key; this module
+gives it the key of a fitted estimator (its model's fingerprint, read-out, device type and
+precision) and the encoder's forward pass for the texts it misses. Used by
+:class:`~skbert.sentence.BertSentenceTransformer`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from sklearn.utils.validation import check_memory
+
+from .._core.runtime import report
+from .._nn.backbone import load_tokenizer_and_config, local_directory
+from .._storage.feature_cache import cache_key, cached_vectors, get_store, text_digests
+from .._storage.fingerprint import directory_fingerprint, state_fingerprint
+from .deferred import DeferredNetwork
+from .model_source import fitted_encoder_source
+from .prediction_cache import remembered
+
+__all__ = ["memory_location", "fit_for_cache", "cached_transform"]
+
+
+def memory_location(memory, fine_tune_mode: str):
+    """The cache directory of ``memory`` in force, or None (no ``memory``, or training)."""
+    if memory is None or fine_tune_mode != "none":
+        return None
+    memory = os.fspath(memory) if isinstance(memory, os.PathLike) else memory
+    return check_memory(memory).location
+
+
+def fit_for_cache(estimator) -> None:
+    """``fit`` with a cache: fingerprint the model; defer loading its weights until a text is
+    missing from the cache (:meth:`~skbert._estimator.base.BertEstimatorBase.fitted_network`
+    loads them then).
+
+    Sets the read-out state, ``feature_fingerprint_``, and ``deferred_network_`` or, for a
+    fitted estimator or a model that is not in a local folder, ``network_``.
+    """
+    model = estimator.model
+    directory = None if fitted_encoder_source(model) else local_directory(model)
+    if directory is not None:
+        tokenizer, config = load_tokenizer_and_config(directory)
+        estimator._resolve_readout(tokenizer, config)
+        fingerprint = directory_fingerprint(directory)
+        estimator.feature_fingerprint_ = fingerprint
+        folder = os.path.abspath(directory)
+        estimator.deferred_network_ = DeferredNetwork(folder, fingerprint, estimator.readout_)
+    else:  # a fitted estimator, or a model that is not in a local folder
+        estimator.network_ = estimator._build_encoder()
+        backbone = estimator.network_.backbone
+        estimator.feature_fingerprint_ = state_fingerprint(backbone, estimator.tokenizer_)
+
+
+def cached_transform(estimator, first, second, root) -> np.ndarray:
+    """Vectors of the texts from the feature cache in ``root``, encoding (and storing) the
+    missing ones with ``estimator``'s network."""
+    fingerprint = vars(estimator).get("feature_fingerprint_")
+    if fingerprint is None:  # fitted before `memory` was set
+        network = estimator.fitted_network()
+        fingerprint = remembered(
+            estimator,
+            "fingerprint",
+            network,
+            lambda: state_fingerprint(network.backbone, estimator.tokenizer_),
+        )
+    device, dtype = estimator._device_and_dtype(inference=True)
+    readout = estimator.readout_
+    context = {"model": fingerprint, "device": device.type, "precision": dtype}
+
+    def compute(positions, all_layers):
+        return estimator._forward_all(
+            [first[i] for i in positions],
+            None if second is None else [second[i] for i in positions],
+            all_layers=all_layers,
+        )
+
+    store = get_store(root, cache_key(readout, **context))
+    vectors, n_computed = cached_vectors(store, text_digests(first, second), readout, compute)
+    if estimator.verbose:
+        n = len(first)
+        report(
+            f"{type(estimator).__name__}: {n - n_computed} of {n} texts read from the feature "
+            f"cache, {n_computed} encoded."
+        )
+    return vectors
