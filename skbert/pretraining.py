@@ -27,7 +27,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
 
 from ._core.runtime import report, resolve_device, resolve_precision, training_flops
-from ._estimator.validation import check_output_dir, check_texts
+from ._estimator.validation import check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
     SpecialTokens,
@@ -39,6 +39,7 @@ from ._nn.backbone import (
     quiet_loading,
 )
 from ._nn.network import MaskedLMNetwork
+from ._storage.files import check_output_dir
 from ._training.distributed import barrier, current_share, shared_seed
 from ._training.loop import TrainingConfig, length_grouped_batches, train
 

@@ -20,6 +20,7 @@ from .._core.runtime import report, resolve_device, resolve_precision, training_
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.backbone import SpecialTokens, load_backbone, model_max_length, quiet_loading
 from .._nn.network import SentenceEncoder
+from .._storage.files import check_output_dir
 from .._text.encoding import encode_texts, pad_batch
 from .._training.distributed import shared_seed
 from .._training.loop import TrainingConfig
@@ -27,7 +28,6 @@ from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from ..truncation import STRATEGIES
 from . import persistence as _persistence
 from .readout import resolve_readout
-from .validation import check_output_dir
 
 __all__ = ["BertEstimatorBase"]
 

@@ -40,8 +40,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._nn.backbone import SpecialTokens, float32_weights, quiet_loading
 from .._nn.network import SentenceEncoder, TaskNetwork
+from .._storage.files import check_output_dir, replace_folder, replaceable
 from .readout import Readout
-from .validation import check_output_dir
 
 __all__ = ["save", "load", "network_to_state", "network_from_state", "unsaved_attributes"]
 
@@ -158,7 +158,7 @@ def unsaved_attributes(estimator) -> set:
 
 
 def _check_replaceable(target: Path) -> None:
-    if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).is_file():
+    if not replaceable(target, MANIFEST):
         raise FileExistsError(
             f"path={os.fspath(target)!r} is a folder with files in it that is not an skbert "
             "save; give a new path, an empty folder, or a previous save (which is replaced)."
@@ -168,21 +168,7 @@ def _check_replaceable(target: Path) -> None:
 def _move_into_place(partial: Path, target: Path) -> None:
     """Rename the finished folder ``partial`` to ``target``, replacing an empty folder or a
     previous save (kept aside until the rename succeeds)."""
-    if not target.exists():
-        os.replace(partial, target)
-        return
-    if not any(target.iterdir()):
-        target.rmdir()
-        os.replace(partial, target)
-        return
-    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
-    os.replace(target, old)
-    try:
-        os.replace(partial, target)
-    except BaseException:
-        os.replace(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+    replace_folder(partial, target)
 
 
 def _write_estimator(estimator, folder: Path, depth: int) -> None:
