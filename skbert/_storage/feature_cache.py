@@ -392,8 +392,9 @@ def cache_key(readout: Readout, *, model: str, device: str, precision) -> dict:
 def get_store(root, description: dict) -> FeatureStore:
     """The store for the cache key that ``description`` spells out.
 
-    Memoised per process for the 32 most recently used keys (a store holds its shards'
-    memory maps and an index of their digests).
+    Memoised per process for the 32 most recently used keys (a store holds what it verified
+    of its shards and an index of their digests). The key's folder is made again here if it
+    was deleted since (a user clearing the cache while the process runs).
 
     Raises
     ------
