@@ -59,6 +59,8 @@ MAX_CHECKSUM_BYTES = 1 << 16
 _HASH_CHUNK = 1 << 20
 #: the most bytes read at once, and the largest scratch buffer of a read
 _READ_BYTES = 8 << 20
+#: positioned reads in one call (POSIX); elsewhere a seek, then a read
+_PREADV = hasattr(os, "preadv")
 
 
 class BadShard(Exception):
@@ -136,17 +138,27 @@ def _read_spans(handle, starts: np.ndarray, span: int, destination: np.ndarray) 
     the flat byte array ``destination``, one read per run of adjacent spans. False when the
     file ends early (it was truncated)."""
     breaks = np.flatnonzero(np.diff(starts) != span) + 1
-    bounds = [0, *breaks.tolist(), len(starts)]
+    begins = [0, *breaks.tolist()]
+    ends = [*breaks.tolist(), len(starts)]
+    offsets = starts[begins].tolist()
     view = memoryview(destination)
-    for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
-        handle.seek(int(starts[begin]))
+    fd = handle.fileno()
+    for begin, end, offset in zip(begins, ends, offsets, strict=True):
         part = view[begin * span : end * span]
         while len(part):
-            n = handle.readinto(part[:_READ_BYTES])
+            n = _pread_into(fd, handle, part[:_READ_BYTES], offset)
             if not n:
                 return False
-            part = part[n:]
+            part, offset = part[n:], offset + n
     return True
+
+
+def _pread_into(fd: int, handle, buffer, offset: int) -> int:
+    """Read into ``buffer`` from ``offset``: one ``preadv`` where the OS has it."""
+    if _PREADV:
+        return os.preadv(fd, [buffer], offset)
+    handle.seek(offset)
+    return handle.readinto(buffer)
 
 
 class Shard:
