@@ -9,6 +9,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._core.names import (  # the names of the poolings, re-exported here unchanged
+    CHUNK_POOLINGS,
+    FROZEN_POOLINGS,
+    TOKEN_POOLINGS,
+    TRAINABLE_CHUNK_POOLINGS,
+    TRAINABLE_POOLINGS,
+)
+
 __all__ = [
     "TOKEN_POOLINGS",
     "CHUNK_POOLINGS",
@@ -24,14 +32,6 @@ __all__ = [
     "make_pooling",
     "make_chunk_pooling",
 ]
-
-TOKEN_POOLINGS = ("cls", "mean", "max", "cnn")
-CHUNK_POOLINGS = ("mean", "max", "attention")
-#: token poolings that have weights of their own, and so need training
-TRAINABLE_POOLINGS = frozenset({"cnn"})
-TRAINABLE_CHUNK_POOLINGS = frozenset({"attention"})
-#: token poolings without weights, in the order the frozen-feature cache stores them
-FROZEN_POOLINGS = tuple(p for p in TOKEN_POOLINGS if p not in TRAINABLE_POOLINGS)
 
 
 class CLSPooling(nn.Module):

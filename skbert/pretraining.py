@@ -30,7 +30,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, va
 
 from ._core.runtime import report, resolve_device, resolve_precision, training_flops
 from ._estimator.model_source import fitted_encoder_source, load_encoder
-from ._estimator.validation import check_output_dir, check_texts
+from ._estimator.validation import check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
     SpecialTokens,
@@ -39,6 +39,7 @@ from ._nn.backbone import (
     locate_model,
     quiet_loading,
 )
+from ._storage.files import check_output_dir
 from ._text.encoding import text_windows
 from ._training.distributed import barrier, current_share, shared_seed
 from ._training.loop import TrainingConfig

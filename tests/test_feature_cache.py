@@ -20,6 +20,7 @@ from skbert import BertSentenceTransformer
 from skbert._estimator.prediction_cache import prediction_cache
 from skbert._nn.readout import Readout
 from skbert._storage import feature_cache as _feature_cache
+from skbert._storage import shards as _shards
 from skbert._storage.feature_cache import (
     FeatureCacheError,
     FeatureCacheWarning,
@@ -484,8 +485,8 @@ def test_store_never_unpickles_a_shard(tmp_path):
 
 def test_store_hashes_each_shard_once_per_process(tmp_path, monkeypatch):
     hashed = []
-    digest = _feature_cache._file_digest
-    monkeypatch.setattr(_feature_cache, "_file_digest", lambda p: hashed.append(p) or digest(p))
+    digest = _shards._file_digest
+    monkeypatch.setattr(_shards, "_file_digest", lambda p: hashed.append(p) or digest(p))
     digests = text_digests(STORE_TEXTS)
     features = stored_features(len(digests))
     writer = FeatureStore(tmp_path)

@@ -21,6 +21,7 @@ from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.backbone import SpecialTokens, model_max_length, quiet_loading
 from .._nn.network import SentenceEncoder
 from .._nn.state import network_from_state, network_to_state
+from .._storage.files import check_output_dir
 from .._text.encoding import encode_texts, pad_batch
 from .._training.distributed import shared_seed
 from .._training.loop import TrainingConfig
@@ -31,7 +32,6 @@ from .persistence import folder as _persistence
 from .persistence.registry import register_estimator
 from .prediction_cache import forget_fit, prediction_cache, remembered
 from .readout import resolve_readout
-from .validation import check_output_dir
 
 __all__ = ["BertEstimatorBase"]
 

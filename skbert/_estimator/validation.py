@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 from collections.abc import Mapping, MappingView, Set
 
 import numpy as np
 
-__all__ = ["check_texts", "check_layers", "check_kernel_sizes", "check_output_dir"]
+__all__ = ["check_texts", "check_layers", "check_kernel_sizes"]
 
 
 def _is_missing(value) -> bool:
@@ -238,35 +237,3 @@ def check_kernel_sizes(value, name: str = "cnn_kernel_sizes") -> tuple:
                 f"{name}={value!r} holds {size!r}; every kernel width must be an int >= 1."
             )
     return tuple(int(size) for size in value)
-
-
-def check_output_dir(path, name: str) -> str:
-    """``path`` as a str, if a checkpoint folder can be written there.
-
-    Hugging Face's ``save_pretrained`` only logs an error and returns when ``path`` is an
-    existing file, so a save would report success while writing nothing: refuse it first.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The folder to write (created if missing).
-    name : str
-        The parameter's name, for the error message.
-
-    Returns
-    -------
-    str
-        ``os.fspath(path)``.
-
-    Raises
-    ------
-    NotADirectoryError
-        If ``path`` exists and is not a folder.
-    """
-    path = os.fspath(path)
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise NotADirectoryError(
-            f"{name}={path!r} is an existing file; a checkpoint is a folder. Give a new path or "
-            "an existing folder (its files of the same names are overwritten)."
-        )
-    return path

@@ -8,29 +8,42 @@ truncation settings, the device type and precision. Any ``pooling x layer x laye
 candidate is then assembled from the stored vectors (see :func:`decomposable` for the few
 combinations that are not, which are cached as final vectors under their own key).
 
-Storage: one folder per key, holding shards written by one transform each. A shard is three
-files: ``<name>.vals.npy`` (float32 vectors, read memory-mapped), ``<name>.keys.npy`` (16-byte
-BLAKE2 digests of the texts, dtype ``S16``) and ``<name>.sum.json``, its checksum: the format
-version, row count, row shape and dtype, and the size and BLAKE2b digest of the exact bytes of
-both ``.npy`` files. Each file is written to a temporary name and renamed into place: values,
-then checksum, then keys. The keys file is what makes a shard visible, so a reader never sees
-half a shard, and files without one (a shard being written, or one whose writer was killed)
-are never read nor removed. Processes that run at once (``GridSearchCV(n_jobs>1)``, Dask
-workers sharing the folder) never corrupt the cache, and they encode a text once: a process
-encodes missing texts while holding the key's lock (``.encoding.lock``, a :mod:`filelock`
-lock), and the others, once they hold it, first read what it wrote.
+Storage: one folder per key, holding shards written by one transform each
+(:mod:`skbert._storage.shards`). A shard is three files: ``<name>.vals.npy`` (float32
+vectors), ``<name>.keys.npy`` (16-byte BLAKE2 digests of the texts, dtype ``S16``) and
+``<name>.sum.json``, its checksum: the format version, row count, row shape and dtype, and the
+size and BLAKE2b digest of the exact bytes of both ``.npy`` files. Each file is written to a
+temporary name and renamed into place: values, then checksum, then keys. The keys file is what
+makes a shard visible, so a reader never sees half a shard, and files without one (a shard
+being written, or one whose writer was killed) are never read nor removed. Processes that run
+at once (``GridSearchCV(n_jobs>1)``, Dask workers sharing the folder) never corrupt the cache,
+and they encode a text once: a process encodes missing texts while holding the key's lock
+(``.encoding.lock``, a :mod:`filelock` lock), and the others, once they hold it, first read
+what it wrote.
 
 Verification: before its first use in a process, a shard is checked: checksum file, file
 sizes, ``.npy`` headers (float32 values and ``S16`` keys, C order, matching row counts, the
 row shape the readout expects; never an object array: every load passes
 ``allow_pickle=False``, and only after the header was checked), then the BLAKE2b digests of
-both files. Each store remembers the shards it checked or wrote, so a shard is hashed at most
-once per process (stores are memoised; :func:`clear_memo` forgets them). Cost, measured on a
-2-core development machine: BLAKE2b runs at 520 MB/s on one idle core (300 MB/s when the
-machine was busy), so a cache of 10,000 texts of a 6-layer, 384-wide model (10,000 x 3 x 7 x
-384 float32 = 323 MB, three shards) is verified in 0.7 s (1.2-1.4 s busy), once per process;
-writing a shard pays the same once, next to the encoding that produced it. Stored values are
-not scanned for NaN: a verified shard holds exactly what the model produced.
+both files. Each store remembers the shards it checked or wrote, so a shard is hashed once per
+process as long as its files stay as they were (stores are memoised; :func:`clear_memo`
+forgets them). Cost, measured on a 2-core development machine: BLAKE2b runs at 520 MB/s on
+one idle core (300 MB/s when the machine was busy), so a cache of 10,000 texts of a 6-layer,
+384-wide model (10,000 x 3 x 7 x 384 float32 = 323 MB, three shards) is verified in 0.7 s
+(1.2-1.4 s busy), once per process; writing a shard pays the same once, next to the encoding
+that produced it. Stored values are not scanned for NaN: a verified shard holds exactly what
+the model produced.
+
+Changes after verification: rows are read with plain file reads, never through a memory map,
+each read between two checks that the values file is still the one verified (device, inode,
+size, ``mtime_ns`` and ``ctime_ns``); both files are checked so at every lookup. A shard whose
+files changed (overwritten, truncated, replaced or deleted, say by a user clearing the cache)
+is forgotten and verified again: a damaged one is handled as below, a deleted one's texts are
+encoded again, and a truncation never kills the process (a memory map does, with SIGBUS,
+when a page past the new end is touched). A key folder deleted while a process runs is made
+again at the next transform. What stays unseen, an overwrite that keeps size, ``mtime`` and
+``ctime`` (within one timestamp tick of the check), is described in
+:mod:`skbert._storage.shards`.
 
 A shard that fails a check is never served: it is deleted (keys file first, so that no other
 reader picks it up half-deleted) with a :class:`FeatureCacheWarning` that names it, its folder
@@ -59,8 +72,10 @@ from typing import TYPE_CHECKING
 import filelock
 import numpy as np
 
+from .._core.names import FROZEN_POOLINGS
 from ..exceptions import FeatureCacheError, FeatureCacheWarning
-from ..pooling import FROZEN_POOLINGS
+from . import shards as _shards
+from .shards import FORMAT_VERSION, KEY_DTYPE, KEYS, VALUE_DTYPE, BadShard
 
 if TYPE_CHECKING:  # annotations only: the read-out is a layer above (the torch modules)
     from .._nn.readout import Readout
@@ -82,28 +97,12 @@ __all__ = [
     "text_digests",
 ]
 
-#: version of the on-disk layout, part of every key (2: shards carry a checksum file)
-FORMAT_VERSION = 2
 #: order of the poolings along axis 1 of a stored "layers" entry
 POOLING_INDEX = {name: i for i, name in enumerate(FROZEN_POOLINGS)}
 #: texts looked up and encoded at a time, so that memory stays bounded for large inputs
 BLOCK = 4096
-
-VALUES, CHECKSUM, KEYS = ".vals.npy", ".sum.json", ".keys.npy"
 #: the lock file of a key's folder (see FeatureStore.encoding)
 LOCK_NAME = ".encoding.lock"
-#: the order in which a shard's files are renamed into place: keys last (they make it visible)
-WRITE_ORDER = (VALUES, CHECKSUM, KEYS)
-VALUE_DTYPE, KEY_DTYPE = np.dtype(np.float32), np.dtype("S16")
-#: the entry of each .npy file in a checksum file
-RECORD_FIELD = {VALUES: "vals", KEYS: "keys"}
-#: a checksum file is a few hundred bytes; anything far larger is not one
-MAX_CHECKSUM_BYTES = 1 << 16
-_HASH_CHUNK = 1 << 20
-
-
-class _BadShard(Exception):
-    """Why a shard cannot be served (caught inside :class:`FeatureStore`)."""
 
 
 def _folder_error(directory, error: OSError) -> FeatureCacheError:
@@ -166,70 +165,12 @@ def text_digests(first, second=None) -> np.ndarray:
     return np.array([hashlib.blake2b(item, digest_size=16).digest() for item in items], dtype="S16")
 
 
-def _file_digest(path) -> str:
-    """BLAKE2b of a file's bytes, as hex (read in 1 MiB chunks)."""
-    digest = hashlib.blake2b()
-    buffer = bytearray(_HASH_CHUNK)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while n := handle.readinto(buffer):
-            digest.update(view[:n])
-    return digest.hexdigest()
-
-
-class _HashingWriter:
-    """A binary file that hashes what goes through it (:func:`numpy.save` writes to it)."""
-
-    def __init__(self, handle):
-        self.handle = handle
-        self.digest = hashlib.blake2b()
-        self.size = 0
-
-    def write(self, data) -> int:
-        self.digest.update(data)
-        self.size += memoryview(data).nbytes
-        return self.handle.write(data)
-
-
-def _save(path: Path, array: np.ndarray) -> dict:
-    """``np.save`` without pickling; returns the size and BLAKE2b of the bytes written."""
-    with open(path, "wb") as handle:
-        writer = _HashingWriter(handle)
-        np.save(writer, array, allow_pickle=False)
-    return {"bytes": writer.size, "blake2b": writer.digest.hexdigest()}
-
-
-def _check_header(path: Path, dtype: np.dtype, shape: tuple, size: int) -> None:
-    """Raise :class:`_BadShard` unless the ``.npy`` file holds a C-ordered ``dtype`` array of
-    ``shape`` and is exactly ``size`` bytes long. Reads the header only: nothing is unpickled."""
-    fmt = np.lib.format
-    with open(path, "rb") as handle:
-        actual = os.fstat(handle.fileno()).st_size
-        if actual != size:
-            raise _BadShard(f"{path.name} is {actual} bytes long, its checksum says {size}")
-        try:
-            version = fmt.read_magic(handle)
-            read_header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
-            if version not in read_header:
-                raise ValueError(f"unsupported .npy version {version}")
-            found_shape, fortran, found_dtype = read_header[version](handle)
-        except ValueError as error:
-            raise _BadShard(f"{path.name} is not a valid .npy file ({error})") from error
-        if found_dtype.hasobject or found_dtype != dtype:
-            raise _BadShard(f"{path.name} holds dtype {found_dtype}, expected {dtype}")
-        if fortran:
-            raise _BadShard(f"{path.name} is in Fortran order, expected C order")
-        if tuple(found_shape) != shape:
-            raise _BadShard(f"{path.name} has shape {tuple(found_shape)}, expected {shape}")
-        if handle.tell() + int(np.prod(shape)) * dtype.itemsize != size:
-            raise _BadShard(f"{path.name}: its length does not match its header")
-
-
 class FeatureStore:
     """The shards of one cache key: lookup by text digest, append new shards.
 
-    Every shard is verified before its first use (see the module's description); a shard
-    that fails is deleted with a :class:`FeatureCacheWarning`, and its texts are missing.
+    Every shard is verified before its first use, and again whenever its files changed since
+    (see the module's description); a shard that fails is deleted with a
+    :class:`FeatureCacheWarning`, and its texts are missing.
 
     Parameters
     ----------
@@ -244,7 +185,7 @@ class FeatureStore:
         self.directory = Path(directory)
         self.row_shape = None if row_shape is None else tuple(row_shape)
         self._index: dict = {}  # digest -> (shard name, row)
-        self._shards: dict = {}  # shard name -> memory-mapped values, verified or written here
+        self._shards: dict = {}  # shard name -> shards.Shard, verified or written here
         self._refused: set = set()  # bad shards that could not be deleted
 
     def _path(self, name: str, suffix: str) -> Path:
@@ -263,12 +204,10 @@ class FeatureStore:
         if row_shape == self.row_shape:
             return
         self.row_shape = row_shape
-        wrong = {n: v.shape[1:] for n, v in self._shards.items() if v.shape[1:] != row_shape}
+        wrong = {n: s.row_shape for n, s in self._shards.items() if s.row_shape != row_shape}
+        self._forget(wrong)
         for name, shape in wrong.items():
-            del self._shards[name]
             self._discard(name, f"rows of shape {shape}, expected {row_shape}")
-        if wrong:
-            self._index = {d: w for d, w in self._index.items() if w[0] not in wrong}
 
     def _names_on_disk(self) -> list:
         """Names of the shards whose keys file exists (complete shards), sorted."""
@@ -284,54 +223,11 @@ class FeatureStore:
             if entry.endswith(KEYS) and not entry.startswith(".")
         )
 
-    def _read_checksum(self, name: str) -> dict:
-        path = self._path(name, CHECKSUM)
-        with open(path, "rb") as handle:
-            text = handle.read(MAX_CHECKSUM_BYTES + 1)
-        try:
-            record = json.loads(text)
-            rows = record["rows"]
-            row_shape = tuple(record["row_shape"])
-            sizes = {suffix: record[field]["bytes"] for suffix, field in RECORD_FIELD.items()}
-            digests = {suffix: record[field]["blake2b"] for suffix, field in RECORD_FIELD.items()}
-            valid = (
-                len(text) <= MAX_CHECKSUM_BYTES
-                and record["format"] == FORMAT_VERSION
-                and isinstance(rows, int)
-                and all(isinstance(n, int) and n >= 0 for n in (rows, *row_shape, *sizes.values()))
-                and all(isinstance(d, str) for d in digests.values())
-            )
-        except (ValueError, TypeError, KeyError) as error:
-            raise _BadShard(f"{path.name} is not a checksum file ({error!r})") from error
-        if not valid:
-            raise _BadShard(f"{path.name} is not a checksum file of format {FORMAT_VERSION}")
-        return {"rows": rows, "row_shape": row_shape, "bytes": sizes, "blake2b": digests}
-
-    def _verify(self, name: str) -> tuple:
-        """The keys and memory-mapped values of a shard that passes every check."""
-        record = self._read_checksum(name)
-        row_shape = record["row_shape"]
-        if self.row_shape is not None and row_shape != self.row_shape:
-            raise _BadShard(f"rows of shape {row_shape}, expected {self.row_shape}")
-        shapes = {VALUES: (record["rows"], *row_shape), KEYS: (record["rows"],)}
-        dtypes = {VALUES: VALUE_DTYPE, KEYS: KEY_DTYPE}
-        for suffix in (KEYS, VALUES):
-            path = self._path(name, suffix)
-            _check_header(path, dtypes[suffix], shapes[suffix], record["bytes"][suffix])
-        for suffix in (KEYS, VALUES):
-            path = self._path(name, suffix)
-            if _file_digest(path) != record["blake2b"][suffix]:
-                raise _BadShard(f"{path.name} does not match its checksum")
-        keys = np.load(self._path(name, KEYS), allow_pickle=False)
-        values = np.load(self._path(name, VALUES), mmap_mode="r", allow_pickle=False)
-        return keys, values
-
     def _discard(self, name: str, reason: str) -> None:
         """Delete a bad shard, keys file first (it makes the shard visible), and warn."""
         keys_path = self._path(name, KEYS)
         try:
-            for suffix in WRITE_ORDER[::-1]:
-                self._path(name, suffix).unlink(missing_ok=True)
+            _shards.delete(self.directory, name)
             done = "it was deleted"
         except OSError as error:  # e.g. no write permission: never served, left in place
             self._refused.add(name)
@@ -343,38 +239,51 @@ class FeatureStore:
             stacklevel=2,
         )
 
-    def _add(self, name: str, keys: np.ndarray, values: np.ndarray) -> None:
-        self._shards[name] = values
+    def _add(self, name: str, keys: np.ndarray, shard: _shards.Shard) -> None:
+        self._shards[name] = shard
         for row, digest in enumerate(keys.tolist()):
             self._index[digest] = (name, row)
 
+    def _forget(self, names) -> None:
+        """Drop shards from memory (their texts are then missing, until verified again)."""
+        if not names:
+            return
+        for name in names:
+            del self._shards[name]
+        self._index = {d: w for d, w in self._index.items() if w[0] not in names}
+
     def _refresh(self):
+        # a shard whose files changed since it was verified (or are gone) is verified again
+        self._forget({name for name, shard in self._shards.items() if shard.changed()})
         for name in self._names_on_disk():
             if name in self._shards or name in self._refused:
                 continue
             try:
-                keys, values = self._verify(name)
+                keys, shard = _shards.verify(self.directory, name, self.row_shape)
             except FileNotFoundError as error:
                 if not self._path(name, KEYS).exists():
                     continue  # deleted meanwhile by another process that found it bad
                 self._discard(name, f"{Path(error.filename).name} is missing")
-            except (_BadShard, OSError, ValueError, EOFError) as error:
+            except (BadShard, OSError, ValueError, EOFError) as error:
                 self._discard(name, str(error))
             else:
-                self._add(name, keys, values)
+                if shard is not None:  # else it changed while checked: checked again next time
+                    self._add(name, keys, shard)
 
     def read(self, digests: np.ndarray, index=None):
         """Stored vectors of the digests found; returns ``(values or None, missing indices)``.
 
         ``values`` has one row per digest (rows of missing digests are zeros); None when
         nothing is stored yet. With ``index`` (a :func:`readout_index`), only that part of
-        each stored row is read from disk. Shards not seen before are verified first.
+        each stored row is read from disk. Shards not seen before, or changed since they
+        were seen, are verified first; the rows of a shard that changes during the read are
+        missing (the shard is verified again at the next read).
         """
         self._refresh()
         where = [self._index.get(d) for d in digests.tolist()]
-        missing = np.array([i for i, w in enumerate(where) if w is None], dtype=np.intp)
+        missing = [i for i, w in enumerate(where) if w is None]
         if len(missing) == len(digests):
-            return None, missing
+            return None, np.array(missing, dtype=np.intp)
         by_shard: dict = {}
         for i, w in enumerate(where):
             if w is not None:
@@ -383,18 +292,20 @@ class FeatureStore:
                 by_shard[w[0]][1].append(w[1])
         values = None
         for name, (positions, rows) in by_shard.items():
-            order = np.argsort(rows)  # read the memory map in file order
+            order = np.argsort(rows)  # read the file in order
             rows_sorted = np.asarray(rows)[order]
-            shard = self._shards[name]
-            if index is None:
-                part = shard[rows_sorted]
-            else:  # gather only the pooling and layers wanted: (n, k, hidden)
-                pooling, layers = index
-                part = shard[rows_sorted[:, None], pooling, layers[None, :]]
+            try:  # only the pooling and layers wanted, with an index: (n, k, hidden)
+                part = self._shards[name].read(rows_sorted, index)
+            except OSError:  # gone or unreadable since the check: verified again
+                part = None
+            if part is None:  # changed since it was verified: verified again next time
+                self._forget({name})
+                missing += positions
+                continue
             if values is None:
                 values = np.zeros((len(digests), *part.shape[1:]), dtype=np.float32)
             values[np.asarray(positions)[order]] = part
-        return values, missing
+        return values, np.array(sorted(missing), dtype=np.intp)
 
     @contextlib.contextmanager
     def encoding(self):
@@ -438,32 +349,11 @@ class FeatureStore:
         name = f"{os.getpid()}-{uuid.uuid4().hex}"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._write_files(name, digests, values)
-            mapped = np.load(self._path(name, VALUES), mmap_mode="r", allow_pickle=False)
+            shard = _shards.write(self.directory, name, digests, values)
         except OSError as error:
             raise _folder_error(self.directory, error) from error
-        self._add(name, digests, mapped)
-
-    def _write_files(self, name: str, digests: np.ndarray, values: np.ndarray) -> None:
-        temporary = {suffix: self.directory / f".{name}{suffix}.tmp" for suffix in WRITE_ORDER}
-        record = {
-            "format": FORMAT_VERSION,
-            "rows": len(digests),
-            "row_shape": list(values.shape[1:]),
-            "dtype": VALUE_DTYPE.str,
-        }
-        try:
-            record[RECORD_FIELD[VALUES]] = _save(temporary[VALUES], values)
-            record[RECORD_FIELD[KEYS]] = _save(temporary[KEYS], digests)
-            temporary[CHECKSUM].write_text(json.dumps(record, indent=1))
-            for suffix in WRITE_ORDER:  # keys last: a reader never sees half a shard
-                os.replace(temporary[suffix], self._path(name, suffix))
-        except BaseException:  # leave nothing behind, keys file first
-            for suffix in WRITE_ORDER[::-1]:
-                for path in (self._path(name, suffix), temporary[suffix]):
-                    with contextlib.suppress(OSError):
-                        path.unlink(missing_ok=True)
-            raise
+        if shard is not None:  # else changed the moment it was written: verified when read
+            self._add(name, digests, shard)
 
 
 def cache_key(readout: Readout, *, model: str, device: str, precision) -> dict:
@@ -502,8 +392,9 @@ def cache_key(readout: Readout, *, model: str, device: str, precision) -> dict:
 def get_store(root, description: dict) -> FeatureStore:
     """The store for the cache key that ``description`` spells out.
 
-    Memoised per process for the 32 most recently used keys (a store holds its shards'
-    memory maps and an index of their digests).
+    Memoised per process for the 32 most recently used keys (a store holds what it verified
+    of its shards and an index of their digests). The key's folder is made again here if it
+    was deleted since (a user clearing the cache while the process runs).
 
     Raises
     ------
@@ -516,6 +407,7 @@ def get_store(root, description: dict) -> FeatureStore:
     directory = Path(os.path.abspath(root)) / "skbert-features" / key
     try:
         store = _store(str(directory))
+        directory.mkdir(parents=True, exist_ok=True)  # again, if it was deleted meanwhile
         description_file = directory / "key.json"
         if not description_file.exists():  # for people browsing the cache
             tmp = directory / f".key.{uuid.uuid4().hex}.tmp"

@@ -1,8 +1,9 @@
 """Fetch the public data sets from their canonical sources into skbert's data folder layout.
 
-Used by the loaders of :mod:`skbert.datasets` with ``download_if_missing=True``. Downloads go to
-a temporary file and are renamed into place, checked against a known MD5 where the source
-publishes a fixed archive; a progress bar shows on large files.
+Used by the loaders of :mod:`skbert.datasets` with ``download_if_missing=True``. Downloads are
+checked against a known MD5 where the source publishes a fixed archive, and each file is
+written atomically (:func:`skbert._storage.files.atomic_write`: a temporary file synced to disk
+and renamed into place); a progress bar shows on large files.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import io
 import json
 import os
 import tarfile
-import tempfile
 import urllib.request
 import zipfile
 from pathlib import Path
+
+from .files import atomic_write
 
 __all__ = ["SOURCES", "fetch"]
 
@@ -77,9 +79,7 @@ def _download(url: str, md5: str | None = None) -> bytes:
 
 def _write(folder: Path, name: str, data: bytes):
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=folder, delete=False, prefix=f".{name}.") as handle:
-        handle.write(data)
-    os.replace(handle.name, folder / name)
+    atomic_write(folder / name, lambda handle: handle.write(data))
 
 
 def _snli_columns(jsonl: bytes):

@@ -19,13 +19,12 @@ import hashlib
 import json
 import numbers
 import os
-import tempfile
 import uuid
 
 import numpy as np
 import torch
 
-from .._estimator.validation import check_output_dir
+from .._storage.files import atomic_write, check_output_dir
 from .._storage.fingerprint import weights_fingerprint
 from .distributed import current_share
 
@@ -209,7 +208,7 @@ class TrainingCheckpoint:
             "identity": _to_json(identity),
             "seed": identity["seed"],
         }
-        _atomic_write(self.state_path, lambda handle: torch.save(stored, handle))
+        atomic_write(self.state_path, lambda handle: torch.save(stored, handle))
         self._write_info(stored)
 
     # ------------------------------------------------------------------ files
@@ -225,7 +224,7 @@ class TrainingCheckpoint:
             "state_file": [stat.st_size, stat.st_mtime_ns],
         }
         data = json.dumps(info, indent=1, sort_keys=True).encode()
-        _atomic_write(self.info_path, lambda handle: handle.write(data))
+        atomic_write(self.info_path, lambda handle: handle.write(data))
 
     def _read_info(self) -> dict | None:
         try:
@@ -299,39 +298,6 @@ def _differences(stored: dict, current: dict) -> list:
         if old.get(key) != new.get(key):
             found.append(f"{key} (stored {old.get(key)!r}, now {new.get(key)!r})")
     return found
-
-
-def _atomic_write(path: str, write) -> None:
-    """Write a file through ``write(handle)`` so that ``path`` is either old or new, whole."""
-    folder = os.path.dirname(path) or "."
-    fd, temporary = tempfile.mkstemp(
-        dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
-    _fsync_folder(folder)
-
-
-def _fsync_folder(folder: str) -> None:
-    """Make the rename durable (POSIX; a no-op where folders cannot be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def encode_numpy_state(state: tuple) -> dict:

@@ -37,7 +37,7 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 
 from ..._core.version import __version__
-from ..validation import check_output_dir
+from ..._storage.files import check_output_dir, replace_folder, replaceable
 from .codec import MANIFEST, SaveReader, SaveWriter
 from .registry import estimator_class, estimator_name
 
@@ -63,7 +63,7 @@ def save(estimator, path) -> str:
     partial.mkdir()
     try:
         _write_estimator(estimator, partial, depth=0)
-        _move_into_place(partial, target)
+        replace_folder(partial, target)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -128,31 +128,11 @@ def load(path):
 
 
 def _check_replaceable(target: Path) -> None:
-    if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).is_file():
+    if not replaceable(target, MANIFEST):
         raise FileExistsError(
             f"path={os.fspath(target)!r} is a folder with files in it that is not an skbert "
             "save; give a new path, an empty folder, or a previous save (which is replaced)."
         )
-
-
-def _move_into_place(partial: Path, target: Path) -> None:
-    """Rename the finished folder ``partial`` to ``target``, replacing an empty folder or a
-    previous save (kept aside until the rename succeeds)."""
-    if not target.exists():
-        os.replace(partial, target)
-        return
-    if not any(target.iterdir()):
-        target.rmdir()
-        os.replace(partial, target)
-        return
-    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
-    os.replace(target, old)
-    try:
-        os.replace(partial, target)
-    except BaseException:
-        os.replace(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_estimator(estimator, folder: Path, depth: int) -> None:
