@@ -26,7 +26,10 @@ import torch
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
 
-from ._core.runtime import report, resolve_device, resolve_precision, training_flops
+from ._core.devices import resolve_device, resolve_precision
+from ._core.flops import training_flops
+from ._core.launch import current_share
+from ._core.messages import report
 from ._estimator.validation import check_output_dir, check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
@@ -39,7 +42,7 @@ from ._nn.backbone import (
     quiet_loading,
 )
 from ._nn.network import MaskedLMNetwork
-from ._training.distributed import barrier, current_share, shared_seed
+from ._training.distributed import barrier, shared_seed
 from ._training.loop import TrainingConfig, length_grouped_batches, train
 
 __all__ = ["further_pretrain", "load_masked_lm", "masked_lm_windows", "mask_batch"]

@@ -13,7 +13,7 @@ from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory
 
-from ._core.runtime import report
+from ._core.messages import report
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
 from ._estimator.targets import check_class_labels, check_gold_scores, check_scores
 from ._estimator.validation import check_texts

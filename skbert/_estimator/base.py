@@ -16,7 +16,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import HasMethods, Hidden, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
-from .._core.runtime import report, resolve_device, resolve_precision, training_flops
+from .._core.devices import resolve_device, resolve_precision
+from .._core.flops import training_flops
+from .._core.messages import report
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.backbone import SpecialTokens, load_backbone, model_max_length, quiet_loading
 from .._nn.network import SentenceEncoder

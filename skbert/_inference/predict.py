@@ -15,7 +15,8 @@ import types
 import numpy as np
 import torch
 
-from .._core.runtime import progress, training_flops
+from .._core.flops import training_flops
+from .._core.messages import progress
 from .._text.encoding import Encoded, distinct_rows, row_blocks, stack_rows
 
 __all__ = [

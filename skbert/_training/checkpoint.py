@@ -25,9 +25,9 @@ import uuid
 import numpy as np
 import torch
 
+from .._core.launch import current_share
 from .._estimator.validation import check_output_dir
 from .._storage.fingerprint import weights_fingerprint
-from .distributed import current_share
 
 __all__ = ["TrainingCheckpoint", "encode_numpy_state", "decode_numpy_state"]
 

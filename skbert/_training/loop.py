@@ -33,7 +33,8 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import torch
 
-from .._core.runtime import autocast, progress, report
+from .._core.devices import autocast
+from .._core.messages import progress, report
 from ..exceptions import TrainingDivergedError
 from ..optim import layerwise_param_groups
 from .checkpoint import decode_numpy_state, encode_numpy_state
@@ -202,7 +203,7 @@ def train(
     config : TrainingConfig
     validate : callable ``(network, share) -> (total, count)`` or None
         The sum of a held-out score over the rows of ``share`` (a
-        :class:`~skbert._training.distributed.Share`: ``share.rows(n)`` picks this process's rows),
+        :class:`~skbert._core.launch.Share`: ``share.rows(n)`` picks this process's rows),
         and their number; the score is ``total / count`` summed over the processes (higher is
         better). Called in eval mode after each epoch.
     seed : int
