@@ -37,9 +37,9 @@ from .._core.devices import autocast
 from .._core.messages import progress, report
 from ..exceptions import TrainingDivergedError
 from ..optim import layerwise_param_groups
-from .checkpoint import decode_numpy_state, encode_numpy_state
 from .distributed import StepLoss, check_agree, join, sum_over_ranks
 from .fault_checks import READ_EVERY, DeferredChecks
+from .snapshot import restore, snapshot
 
 __all__ = [
     "TrainingConfig",
@@ -260,7 +260,7 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
         opt = _optimisation(network, config, plan.total_steps)
         stored = None if checkpoint is None else checkpoint.load(identity)
         if stored is not None:
-            _restore(stored, network, opt, state, rng, plan, config.device)
+            restore(stored, network, opt, state, rng, plan, config.device)
             if config.verbose:
                 done = " (finished: nothing left to train)" if state.finished else ""
                 report(f"{desc}: resumed from step {state.step} of {plan.total_steps}{done}.")
@@ -281,7 +281,7 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
                 _end_epoch(network, validate, share, opt, config, plan, state)
                 state.epoch_rng = rng.get_state()  # the next epoch's make_batches starts here
                 if checkpoint is not None:
-                    checkpoint.save(_snapshot(network, opt, state, config.device), identity)
+                    checkpoint.save(snapshot(network, opt, state, config.device), identity)
         finally:
             step_loss.close()
     return state.history
@@ -377,7 +377,7 @@ def _run_epoch(network, step_loss, batches, opt, config, plan, state, checkpoint
         # the epoch's end writes its own checkpoint, after validation
         if due and state.position < len(batches):
             _check_weights(network, opt.params, config, plan, state)
-            checkpoint.save(_snapshot(network, opt, state, config.device), identity)
+            checkpoint.save(snapshot(network, opt, state, config.device), identity)
     if checks is not None and checks.pending:
         _read_checks(checks, config, plan, state)
 
@@ -496,77 +496,3 @@ def _result_settings(config: TrainingConfig) -> dict:
     settings["device"] = config.device.type
     settings["dtype"] = None if config.dtype is None else str(config.dtype)
     return settings
-
-
-def _device_rng_state(device: torch.device):
-    """The accelerator's RNG state (dropout draws from it there), or None on the CPU."""
-    if device.type == "cuda":
-        return torch.cuda.get_rng_state(device)
-    if device.type == "mps":
-        return torch.mps.get_rng_state()
-    return None
-
-
-def _set_device_rng_state(device: torch.device, rng_state) -> None:
-    if rng_state is None:
-        return
-    if device.type == "cuda":
-        torch.cuda.set_rng_state(rng_state, device)
-    elif device.type == "mps":
-        torch.mps.set_rng_state(rng_state)
-
-
-def _cpu_state(state_dict) -> dict:
-    return {name: tensor.detach().cpu() for name, tensor in state_dict.items()}
-
-
-def _snapshot(network, opt: _Optimisation, state: _Progress, device) -> dict:
-    """Everything needed to continue this fit, as tensors and plain Python values."""
-    return {
-        "network": _cpu_state(network.state_dict()),
-        "optimizer": opt.optimizer.state_dict(),
-        "scheduler": opt.scheduler.state_dict(),
-        "scaler": opt.scaler.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "device_rng": _device_rng_state(device),
-        "numpy_rng": encode_numpy_state(state.epoch_rng),
-        "loop": {
-            "epoch": state.epoch,
-            "step": state.step,
-            "position": state.position,
-            "loss_sum": state.loss_sum,
-            "loss_count": state.loss_count,
-            "best_score": state.best_score,
-            "stale": state.stale,
-            "finished": state.finished,
-        },
-        "loss_curve": list(state.history.loss_curve),
-        "validation_scores": list(state.history.validation_scores),
-        "best_network": None if state.best_state is None else _cpu_state(state.best_state),
-    }
-
-
-def _restore(stored: dict, network, opt: _Optimisation, state: _Progress, rng, plan, device):
-    """Put a :func:`_snapshot` back into the network, the optimiser, the RNGs and ``state``."""
-    loop = stored["loop"]
-    if loop["step"] > plan.total_steps:
-        raise ValueError(
-            f"the stored training state is at step {loop['step']}, but this fit has only "
-            f"{plan.total_steps} steps: the training data changed without changing data_key."
-        )
-    network.load_state_dict(stored["network"])
-    opt.optimizer.load_state_dict(stored["optimizer"])
-    opt.scheduler.load_state_dict(stored["scheduler"])
-    opt.scaler.load_state_dict(stored["scaler"])
-    torch.set_rng_state(stored["torch_rng"])
-    _set_device_rng_state(device, stored["device_rng"])
-    for key, value in loop.items():
-        setattr(state, key, value)
-    state.history = TrainingHistory(
-        loss_curve=list(stored["loss_curve"]),
-        validation_scores=list(stored["validation_scores"]),
-    )
-    state.best_state = stored["best_network"]
-    state.epoch_rng = decode_numpy_state(stored["numpy_rng"])
-    if state.epoch > 0:  # epoch 0's batches were drawn already, from the same start
-        rng.set_state(state.epoch_rng)
