@@ -13,8 +13,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import check_is_fitted
 
+from ._core.deprecations import fine_tune_constraint
 from ._estimator.base import BertEstimatorBase
 from ._estimator.targets import check_class_labels
+from ._estimator.training_settings import resolve_training_settings
 from ._estimator.validation import check_texts
 from ._inference.predict import low_precision_copy, predict_rows
 from ._nn.backbone import DEFAULT_MODEL
@@ -225,7 +227,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     _parameter_constraints: dict = {
         **BertEstimatorBase._parameter_constraints,
         **BertEstimatorBase._training_constraints,
-        "fine_tune": [StrOptions({"full", "top", "head"}, deprecated={"head"})],
+        "fine_tune": [fine_tune_constraint({"full", "top"})],
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
@@ -347,7 +349,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
             )
         return np.array([self.class_weight.get(c, 1.0) for c in self.classes_.tolist()])
 
-    def _within_task_pretrain(self, encoder, first, second, seed):
+    def _within_task_pretrain(self, encoder, first, second, seed, settings):
         """Masked-LM training of ``encoder``'s backbone on the fit texts (``mlm_steps``)."""
         with torch.random.fork_rng(devices=[]):  # a new MLM head's init draws from its own seed
             torch.manual_seed(seed)
@@ -355,9 +357,10 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         device, dtype = self._device_and_dtype(trained=mlm)
         texts = list(first) + (list(second) if second is not None else [])
         features = masked_lm_windows(tokenizer, texts, self.max_length_)
-        config = self._training_config(
+        config = settings.loop_config(
             device,
             dtype,
+            self.verbose,
             max_steps=self.mlm_steps,
             train_backbone=True,
             layer_lr_decay=1.0,
@@ -420,6 +423,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
                 f" and X holds {self._input_kind(second is not None)}; fit with "
                 "warm_start=False to start anew."
             )
+        settings = resolve_training_settings(self.get_params(deep=False))
         self._start_fit(keep_learned=continuing)
         targets = self._targets(y, multilabel, continuing)
         self.pairs_ = second is not None
@@ -432,10 +436,10 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         else:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                encoder = self._build_encoder()
+                encoder = self._build_encoder(settings)
                 self.mlm_loss_curve_ = None
                 if self.mlm_steps:  # under its own forked RNGs: the output layer's init is unmoved
-                    self._within_task_pretrain(encoder, first, second, seed)
+                    self._within_task_pretrain(encoder, first, second, seed, settings)
                 network = TaskNetwork(encoder, n_outputs=len(self.classes_), dropout=self.dropout)
         train_idx, val_idx = np.arange(len(first)), None
         if self.early_stopping:
@@ -487,9 +491,10 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
                 )
                 return _n_right(self._decide(logits), targets[rows]), len(rows)
 
-        config = self._training_config(
+        config = settings.loop_config(
             device,
             dtype,
+            self.verbose,
             early_stopping=self.early_stopping,
             n_iter_no_change=self.n_iter_no_change,
         )

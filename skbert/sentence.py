@@ -13,9 +13,11 @@ from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_memory
 
+from ._core.deprecations import fine_tune_constraint, read_fine_tune
 from ._core.messages import report
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
 from ._estimator.targets import check_class_labels, check_gold_scores, check_scores
+from ._estimator.training_settings import resolve_training_settings
 from ._estimator.validation import check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
@@ -236,7 +238,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         **BertEstimatorBase._parameter_constraints,
         **BertEstimatorBase._training_constraints,
         "normalize": ["boolean", StrOptions({"auto"})],
-        "fine_tune": [StrOptions({*FINE_TUNE_MODES, "head"}, deprecated={"head"})],
+        "fine_tune": [fine_tune_constraint(FINE_TUNE_MODES)],
         "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax"})],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
     }
@@ -347,15 +349,16 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
     def _fit(self, X, y):
         first, second = check_texts(X)
-        trains = self._fine_tune_mode() != "none"
+        settings = resolve_training_settings(self.get_params(deep=False))
+        trains = settings.trains
         self._start_fit(keep_learned=trains and self.warm_start and "network_" in vars(self))
         if not trains:
             if self._cache_root() is not None:
-                self._fit_for_cache()
+                self._fit_for_cache(settings)
             else:
-                self.network_ = self._build_encoder()
+                self.network_ = self._build_encoder(settings)
         else:
-            self._fit_objective(first, second, y)
+            self._fit_objective(first, second, y, settings)
         self.normalize_ = self._resolve_normalize()
         self._n_features_out = self.readout_.output_dim
 
@@ -367,22 +370,22 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     # ------------------------------------------------------------------ feature cache
     def _cache_root(self):
         """The cache directory in force, or None (no ``memory``, or training)."""
-        if self.memory is None or self._fine_tune_mode() != "none":
+        if self.memory is None or read_fine_tune(self.fine_tune) != "none":
             return None
         memory = os.fspath(self.memory) if isinstance(self.memory, os.PathLike) else self.memory
         return check_memory(memory).location
 
-    def _fit_for_cache(self):
+    def _fit_for_cache(self, settings):
         """``fit`` with a cache: fingerprint the model; defer loading its weights until a text
         is missing from the cache (:meth:`_loaded_network` loads them then)."""
         directory = None if fitted_encoder_source(self.model) else local_directory(self.model)
         if directory is not None:
             tokenizer, config = load_tokenizer_and_config(directory)
-            self._resolve_readout(tokenizer, config)
+            self._resolve_readout(tokenizer, config, settings)
             self.feature_fingerprint_ = directory_fingerprint(directory)
             self._deferred_model = os.path.abspath(directory)
         else:  # a fitted estimator, or a model that is not in a local folder
-            self.network_ = self._build_encoder()
+            self.network_ = self._build_encoder(settings)
             self.feature_fingerprint_ = state_fingerprint(self.network_.backbone, self.tokenizer_)
 
     def _loaded_network(self):
@@ -462,7 +465,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             )
         return objective
 
-    def _fit_objective(self, first, second, y):
+    def _fit_objective(self, first, second, y, settings):
         objective = self._resolve_objective(second, y)
         if objective == "cosine":
             y = check_scores(y, len(first))
@@ -497,11 +500,11 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             # a warm start trains copies: the fitted model stays as it is if the fit fails
-            encoder = self._warm_start_network() if keep_encoder else self._build_encoder()
+            encoder = self._warm_start_network() if keep_encoder else self._build_encoder(settings)
             output_layer = copy.deepcopy(self.output_layer_) if continuing else None
             network = SiameseNetwork(encoder, objective, n_classes, output_layer=output_layer)
         own = [n for n, _ in network.named_parameters() if not n.startswith("encoder.backbone.")]
-        if self._fine_tune_mode() == "top" and not own:
+        if settings.fine_tune == "top" and not own:
             raise ValueError(
                 f"fine_tune={self.fine_tune!r} trains the weights on top of the encoder, and "
                 f"with pooling={self.pooling!r} and objective={objective!r} there are none. "
@@ -524,7 +527,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             out = net(a, b)
             return criterion(out.float(), targets[batch].to(device))
 
-        config = self._training_config(device, dtype)
+        config = settings.loop_config(device, dtype, self.verbose)
         history = train(
             network,
             loss_fn,
