@@ -436,7 +436,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         else:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                encoder = self._build_encoder(settings)
+                encoder = self._build_encoder()
                 self.mlm_loss_curve_ = None
                 if self.mlm_steps:  # under its own forked RNGs: the output layer's init is unmoved
                     self._within_task_pretrain(encoder, first, second, seed, settings)

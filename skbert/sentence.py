@@ -354,9 +354,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self._start_fit(keep_learned=trains and self.warm_start and "network_" in vars(self))
         if not trains:
             if self._cache_root() is not None:
-                self._fit_for_cache(settings)
+                self._fit_for_cache()
             else:
-                self.network_ = self._build_encoder(settings)
+                self.network_ = self._build_encoder(trains=False)
         else:
             self._fit_objective(first, second, y, settings)
         self.normalize_ = self._resolve_normalize()
@@ -375,17 +375,17 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         memory = os.fspath(self.memory) if isinstance(self.memory, os.PathLike) else self.memory
         return check_memory(memory).location
 
-    def _fit_for_cache(self, settings):
+    def _fit_for_cache(self):
         """``fit`` with a cache: fingerprint the model; defer loading its weights until a text
         is missing from the cache (:meth:`_loaded_network` loads them then)."""
         directory = None if fitted_encoder_source(self.model) else local_directory(self.model)
         if directory is not None:
             tokenizer, config = load_tokenizer_and_config(directory)
-            self._resolve_readout(tokenizer, config, settings)
+            self._resolve_readout(tokenizer, config, trains=False)
             self.feature_fingerprint_ = directory_fingerprint(directory)
             self._deferred_model = os.path.abspath(directory)
         else:  # a fitted estimator, or a model that is not in a local folder
-            self.network_ = self._build_encoder(settings)
+            self.network_ = self._build_encoder(trains=False)
             self.feature_fingerprint_ = state_fingerprint(self.network_.backbone, self.tokenizer_)
 
     def _loaded_network(self):
@@ -500,7 +500,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             # a warm start trains copies: the fitted model stays as it is if the fit fails
-            encoder = self._warm_start_network() if keep_encoder else self._build_encoder(settings)
+            encoder = self._warm_start_network() if keep_encoder else self._build_encoder()
             output_layer = copy.deepcopy(self.output_layer_) if continuing else None
             network = SiameseNetwork(encoder, objective, n_classes, output_layer=output_layer)
         own = [n for n, _ in network.named_parameters() if not n.startswith("encoder.backbone.")]

@@ -109,3 +109,13 @@ def test_a_fits_warning_points_at_the_estimators_fit(tiny_bert):
     with pytest.warns(FutureWarning, match="top_learning_rate") as caught:
         est.fit(["a text", "another text"])  # fine_tune="none": nothing trains
     assert [Path(w.filename).name for w in caught] == ["sentence.py"]
+
+
+@pytest.mark.parametrize("memory", [False, True], ids=["loaded", "cache"])
+def test_a_fit_that_trains_nothing_refuses_a_readout_with_weights(tiny_bert, tmp_path, memory):
+    est = BertSentenceTransformer(
+        tiny_bert, pooling="cnn", device="cpu", memory=tmp_path if memory else None
+    )
+    with pytest.raises(ValueError, match="weights of its own .* fine_tune='none' trains nothing"):
+        est.fit(["a text", "another text"])
+    assert not hasattr(est, "readout_")  # all or nothing

@@ -33,7 +33,6 @@ from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from ..truncation import STRATEGIES
 from . import persistence as _persistence
 from .readout import resolve_readout
-from .training_settings import TrainingSettings
 from .validation import check_output_dir
 
 __all__ = ["BertEstimatorBase"]
@@ -207,20 +206,23 @@ class BertEstimatorBase(BaseEstimator):
         for name in names:
             self.__dict__.pop(name, None)
 
-    def _build_encoder(self, settings: TrainingSettings) -> SentenceEncoder:
-        """Load the encoder and tokenizer, resolve the read-out; return the network."""
+    def _build_encoder(self, trains: bool = True) -> SentenceEncoder:
+        """Load the encoder and tokenizer, resolve the read-out (for a fit that ``trains``, or
+        not: see :meth:`_resolve_readout`); return the network."""
         tokenizer, backbone = load_backbone(self.model)
-        self._resolve_readout(tokenizer, backbone.config, settings)
+        self._resolve_readout(tokenizer, backbone.config, trains)
         return SentenceEncoder(backbone, self.readout_).eval()
 
-    def _resolve_readout(self, tokenizer, config, settings: TrainingSettings) -> None:
-        """Check the read-out parameters against the model (and this fit's ``settings``) and
-        set the learned state that every estimator has: ``tokenizer_``, ``special_tokens_``,
-        ``readout_``, ``max_length_`` and ``layers_``."""
+    def _resolve_readout(self, tokenizer, config, trains: bool = True) -> None:
+        """Check the read-out parameters against the model and set the learned state that
+        every estimator has: ``tokenizer_``, ``special_tokens_``, ``readout_``,
+        ``max_length_`` and ``layers_``. A fit that ``trains`` nothing (its
+        :attr:`~skbert._estimator.training_settings.TrainingSettings.trains`) refuses a
+        read-out with weights of its own."""
         specials = SpecialTokens.from_tokenizer(tokenizer)
         limit = model_max_length(tokenizer, config)
         readout = resolve_readout(self.get_params(deep=False), config, specials, limit)
-        if not settings.trains and readout.untrained_weights:
+        if not trains and readout.untrained_weights:
             names = " and ".join(readout.untrained_weights)
             raise ValueError(
                 f"{names} has weights of its own that must be trained, and "
