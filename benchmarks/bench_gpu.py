@@ -342,7 +342,7 @@ def siamese_skbert(args, train, test, precision, seed=0):
 def part_siamese(args, rows: list) -> None:
     import torch
 
-    from skbert._core.runtime import resolve_precision
+    from skbert._core.devices import resolve_precision
     from skbert.datasets import load_stsb
 
     X, y = load_stsb("train", data_home=args.data_home, return_X_y=True)

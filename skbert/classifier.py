@@ -13,8 +13,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import check_is_fitted
 
+from ._core.deprecations import fine_tune_constraint
 from ._estimator.base import BertEstimatorBase
 from ._estimator.targets import check_class_labels, check_validation_split
+from ._estimator.training_settings import resolve_training_settings
 from ._estimator.validation import check_texts
 from ._inference.predict import low_precision_copy, predict_rows
 from ._nn.backbone import DEFAULT_MODEL
@@ -225,7 +227,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     _parameter_constraints: dict = {
         **BertEstimatorBase._parameter_constraints,
         **BertEstimatorBase._training_constraints,
-        "fine_tune": [StrOptions({"full", "top", "head"}, deprecated={"head"})],
+        "fine_tune": [fine_tune_constraint({"full", "top"})],
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
@@ -391,6 +393,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
                 f" and X holds {self._input_kind(second is not None)}; fit with "
                 "warm_start=False to start anew."
             )
+        settings = resolve_training_settings(self.get_params(deep=False))
         self._start_fit(keep_learned=continuing)
         targets = self._targets(y, multilabel, continuing)
         self.pairs_ = second is not None
@@ -473,9 +476,10 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
                 )
                 return _n_right(self._decide(logits), targets[rows]), len(rows)
 
-        config = self._training_config(
+        config = settings.loop_config(
             device,
             dtype,
+            self.verbose,
             early_stopping=self.early_stopping,
             n_iter_no_change=self.n_iter_no_change,
         )

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 import warnings
 
+from ._core.deprecations import NOT_GIVEN, read_top_learning_rate, warn_head_learning_rate
+
 __all__ = ["layerwise_param_groups", "parameter_depths"]
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|layers|block|blocks|h)\.(\d+)\.")
@@ -111,14 +113,9 @@ def layerwise_param_groups(
     """
     backbone = network.backbone
     n_layers = int(backbone.config.num_hidden_layers)
-    if head_learning_rate != "deprecated":
-        warnings.warn(
-            "head_learning_rate was renamed top_learning_rate in skbert 0.1 and will be "
-            "removed in 0.3; its value is used as top_learning_rate.",
-            FutureWarning,
-            stacklevel=2,
-        )
-        top_learning_rate = head_learning_rate
+    if head_learning_rate != NOT_GIVEN:
+        warn_head_learning_rate(stacklevel=2)  # the caller of this function
+    top_learning_rate = read_top_learning_rate(top_learning_rate, head_learning_rate)
     top_lr = learning_rate if top_learning_rate is None else top_learning_rate
     backbone_ids = {id(p) for p in backbone.parameters()}
     groups: dict = {}

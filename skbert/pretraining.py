@@ -28,7 +28,10 @@ import torch
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
 
-from ._core.runtime import report, resolve_device, resolve_precision, training_flops
+from ._core.devices import resolve_device, resolve_precision
+from ._core.flops import training_flops
+from ._core.launch import current_share
+from ._core.messages import report
 from ._estimator.model_source import fitted_encoder_source, load_encoder
 from ._estimator.validation import check_texts
 from ._nn.backbone import (
@@ -41,7 +44,7 @@ from ._nn.backbone import (
 )
 from ._storage.files import check_output_dir
 from ._text.encoding import text_windows
-from ._training.distributed import barrier, current_share, shared_seed
+from ._training.distributed import barrier, shared_seed
 from ._training.loop import TrainingConfig
 from ._training.masked_lm import mask_batch, train_masked_lm
 

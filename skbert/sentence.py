@@ -13,10 +13,12 @@ from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from ._core.deprecations import fine_tune_constraint, read_fine_tune
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
 from ._estimator.targets import check_class_labels, check_gold_scores, check_scores, holds_scores
+from ._estimator.training_settings import resolve_training_settings
 from ._estimator.validation import check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
@@ -240,7 +242,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         **BertEstimatorBase._parameter_constraints,
         **BertEstimatorBase._training_constraints,
         "normalize": ["boolean", StrOptions({"auto"})],
-        "fine_tune": [StrOptions({*FINE_TUNE_MODES, "head"}, deprecated={"head"})],
+        "fine_tune": [fine_tune_constraint(FINE_TUNE_MODES)],
         "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax"})],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
     }
@@ -351,15 +353,16 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
     def _fit(self, X, y):
         first, second = check_texts(X)
-        trains = self._fine_tune_mode() != "none"
+        settings = resolve_training_settings(self.get_params(deep=False))
+        trains = settings.trains
         self._start_fit(keep_learned=trains and self.warm_start and "network_" in vars(self))
         if not trains:
-            if memory_location(self.memory, self._fine_tune_mode()) is not None:
+            if memory_location(self.memory, read_fine_tune(self.fine_tune)) is not None:
                 fit_for_cache(self)
             else:
-                self.network_ = self._build_encoder()
+                self.network_ = self._build_encoder(trains=False)
         else:
-            self._fit_objective(first, second, y)
+            self._fit_objective(first, second, y, settings)
         self.normalize_ = self._resolve_normalize()
         self._n_features_out = self.readout_.output_dim
 
@@ -394,7 +397,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             )
         return objective
 
-    def _fit_objective(self, first, second, y):
+    def _fit_objective(self, first, second, y, settings):
         objective = self._resolve_objective(second, y)
         if objective == "cosine":
             y = check_scores(y, len(first))
@@ -433,7 +436,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             output_layer = copy.deepcopy(self.output_layer_) if continuing else None
             network = SiameseNetwork(encoder, objective, n_classes, output_layer=output_layer)
         own = [n for n, _ in network.named_parameters() if not n.startswith("encoder.backbone.")]
-        if self._fine_tune_mode() == "top" and not own:
+        if settings.fine_tune == "top" and not own:
             raise ValueError(
                 f"fine_tune={self.fine_tune!r} trains the weights on top of the encoder, and "
                 f"with pooling={self.pooling!r} and objective={objective!r} there are none. "
@@ -456,7 +459,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             out = net(a, b)
             return criterion(out.float(), targets[batch].to(device))
 
-        config = self._training_config(device, dtype)
+        config = settings.loop_config(device, dtype, self.verbose)
         history = train(
             network,
             loss_fn,
@@ -495,7 +498,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
     def _vectors(self, first, second=None) -> np.ndarray:
         """Unnormalised vectors, from the feature cache when ``memory`` is in force."""
-        root = memory_location(self.memory, self._fine_tune_mode())
+        root = memory_location(self.memory, read_fine_tune(self.fine_tune))
         if root is not None:
             return cached_transform(self, first, second, root)
         return self._forward_all(first, second)

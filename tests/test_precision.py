@@ -4,7 +4,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from skbert._core.runtime import BF16_TRAINING_MIN_FLOPS, resolve_precision, training_flops
+from skbert._core.devices import BF16_TRAINING_MIN_FLOPS, resolve_precision
+from skbert._core.flops import training_flops
 
 
 def _model(hidden, layers, inner):

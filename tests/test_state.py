@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -102,8 +103,9 @@ def test_validation_score_is_what_score_gives(tiny_bert):
 
 def test_deprecated_spellings_warn_and_still_work(tiny_bert):
     common = {"device": "cpu", "max_epochs": 1, "batch_size": 4, "random_state": 0}
-    with pytest.warns(FutureWarning, match="fine_tune='top'"):
+    with pytest.warns(FutureWarning, match="fine_tune='top'") as caught:
         old = BertTextClassifier(tiny_bert, fine_tune="head", **common).fit(X, Y)
+    assert [Path(w.filename).name for w in caught] == ["classifier.py"]  # at its fit
     new = BertTextClassifier(tiny_bert, fine_tune="top", **common).fit(X, Y)
     np.testing.assert_array_equal(old.predict_proba(X), new.predict_proba(X))
     with pytest.warns(FutureWarning, match="top_learning_rate"):

@@ -26,6 +26,7 @@ import pytest
 import torch
 from conftest import REPO, SMALL
 
+import skbert._core.launch as launch
 import skbert._training.distributed as distributed
 
 WORKER = REPO / "tests" / "torchrun_fit.py"
@@ -176,7 +177,7 @@ def test_loss_curves_and_validation_are_the_global_ones(runs):
 
 def test_each_rank_trains_on_its_share_of_every_batch(runs):
     first, second = runs["ranks"]
-    assert first["share"] == distributed.Share(0, 2) and second["share"] == distributed.Share(1, 2)
+    assert first["share"] == launch.Share(0, 2) and second["share"] == launch.Share(1, 2)
     assert [n for n, _ in first["rows"]] == [n for n, _ in second["rows"]]  # the same batches
     assert all(a + b == n for (n, a), (_, b) in zip(first["rows"], second["rows"], strict=True))
     assert all(
@@ -203,24 +204,24 @@ def test_outside_a_launch_or_in_a_child_of_a_rank_nothing_is_distributed(monkeyp
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "1")
-    assert distributed.launch() == distributed.Launch(rank=1, world=2, local_rank=1)
-    assert distributed.current_share() == distributed.Share(rank=1, world=2)
+    assert launch.launch() == launch.Launch(rank=1, world=2, local_rank=1)
+    assert launch.current_share() == launch.Share(rank=1, world=2)
     monkeypatch.setenv("SKBERT_DISTRIBUTED", "0")
-    assert distributed.launch() is None
-    assert distributed.join() == distributed.SINGLE
+    assert launch.launch() is None
+    assert distributed.join() == launch.SINGLE
     monkeypatch.delenv("SKBERT_DISTRIBUTED")
-    monkeypatch.setattr(distributed.multiprocessing, "parent_process", lambda: object())
-    assert distributed.launch() is None  # a joblib or Dask worker started by a rank
+    monkeypatch.setattr(launch.multiprocessing, "parent_process", lambda: object())
+    assert launch.launch() is None  # a joblib or Dask worker started by a rank
     monkeypatch.delenv("MASTER_PORT")
-    assert distributed.current_share() == distributed.SINGLE
+    assert launch.current_share() == launch.SINGLE
 
 
 def test_shares_cover_a_batch_in_order():
     batch = np.arange(10, 17)
-    parts = [distributed.Share(r, 3).of(batch) for r in range(3)]
+    parts = [launch.Share(r, 3).of(batch) for r in range(3)]
     assert [p.tolist() for p in parts] == [[10, 11, 12], [13, 14], [15, 16]]
-    assert distributed.Share(2, 3).of(np.arange(2)).tolist() == []
-    assert distributed.SINGLE.of(batch) is batch
+    assert launch.Share(2, 3).of(np.arange(2)).tolist() == []
+    assert launch.SINGLE.of(batch) is batch
 
 
 def test_ranks_with_different_data_fail_with_a_clear_error(still_bert, tmp_path):
@@ -238,8 +239,8 @@ def test_a_rank_takes_its_own_gpu_for_a_bare_cuda(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "1")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert distributed.local_device(torch.device("cuda")) == torch.device("cuda", 1)
-    assert distributed.local_device(torch.device("cuda", 0)) == torch.device("cuda", 0)
-    assert distributed.local_device(torch.device("cpu")) == torch.device("cpu")
+    assert launch.local_device(torch.device("cuda")) == torch.device("cuda", 1)
+    assert launch.local_device(torch.device("cuda", 0)) == torch.device("cuda", 0)
+    assert launch.local_device(torch.device("cpu")) == torch.device("cpu")
     monkeypatch.delenv("RANK")
-    assert distributed.local_device(torch.device("cuda")) == torch.device("cuda")
+    assert launch.local_device(torch.device("cuda")) == torch.device("cuda")

@@ -146,19 +146,19 @@ def main(argv) -> None:
                 writes.append(os.fspath(args[0]))
 
     sys.addaudithook(audit)
-    import skbert._training.distributed as distributed
+    import skbert._core.launch as launch
 
-    rows, share_of = [], distributed.Share.of
+    rows, share_of = [], launch.Share.of
 
     def counted(share, batch):  # the rows of each global batch that this process trained on
         part = share_of(share, batch)
         rows.append((len(batch), len(part)))
         return part
 
-    distributed.Share.of = counted
+    launch.Share.of = counted
     sys.stderr = open(out / f"stderr-{rank}.txt", "w", encoding="utf-8")  # noqa: SIM115
     result = fit_all(model, watched)
-    result["share"] = distributed.current_share()
+    result["share"] = launch.current_share()
     result["rows"] = rows
     torch.save(result, out / f"result-{rank}.pt")
     (out / f"writes-{rank}.json").write_text(json.dumps(writes), encoding="utf-8")

@@ -13,10 +13,17 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import HasMethods, Hidden, Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
-from .._core.runtime import report, resolve_device, resolve_precision, training_flops
+from .._core.deprecations import (
+    fine_tune_constraint,
+    head_learning_rate_constraint,
+    warn_renamed,
+)
+from .._core.devices import resolve_device, resolve_precision
+from .._core.flops import training_flops
+from .._core.messages import report
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.backbone import SpecialTokens, model_max_length, quiet_loading
 from .._nn.network import SentenceEncoder
@@ -24,7 +31,6 @@ from .._nn.state import network_from_state, network_to_state
 from .._storage.files import check_output_dir
 from .._text.encoding import encode_texts, pad_batch
 from .._training.distributed import shared_seed
-from .._training.loop import TrainingConfig
 from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from ..truncation import STRATEGIES
 from .model_source import load_encoder
@@ -43,7 +49,9 @@ class BertEstimatorBase(BaseEstimator):
     """Base of skbert's estimators: everything but the learning task.
 
     Subclasses define ``__init__`` (storing their parameters verbatim), ``fit`` and their
-    prediction methods. ``fit`` starts with :meth:`_start_fit`, builds the network with
+    prediction methods. ``fit`` resolves its training parameters once into a
+    :class:`~skbert._estimator.training_settings.TrainingSettings` (handed to what reads them),
+    starts with :meth:`_start_fit`, builds the network with
     :meth:`_build_encoder` (which resolves the read-out parameters into ``readout_``), and
     predictions go through :meth:`_forward_all`, the one inference path.
 
@@ -66,7 +74,7 @@ class BertEstimatorBase(BaseEstimator):
         "chunk_pooling": [StrOptions(set(CHUNK_POOLINGS))],
         "max_chunks": [Interval(Integral, 1, None, closed="left"), None],
         # subclasses narrow it to the modes they offer; "head" is the old spelling of "top"
-        "fine_tune": [StrOptions({*FINE_TUNE_MODES, "head"}, deprecated={"head"})],
+        "fine_tune": [fine_tune_constraint(FINE_TUNE_MODES)],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "device": [str],
         "precision": [StrOptions({"auto", "fp32", "bf16", "fp16"})],
@@ -81,11 +89,9 @@ class BertEstimatorBase(BaseEstimator):
         "learning_rate": [Interval(Real, 0, 1, closed="right")],
         "layer_lr_decay": [Interval(Real, 0, 1, closed="right")],
         "top_learning_rate": [Interval(Real, 0, 1, closed="right"), None],
-        "head_learning_rate": [
-            Interval(Real, 0, 1, closed="right"),
-            None,
-            Hidden(StrOptions({"deprecated"})),
-        ],
+        "head_learning_rate": head_learning_rate_constraint(
+            [Interval(Real, 0, 1, closed="right"), None]
+        ),
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
@@ -120,20 +126,7 @@ class BertEstimatorBase(BaseEstimator):
         if not keep_learned:
             self._forget(*[k for k in vars(self) if k.endswith("_") and not k.startswith("_")])
             self._forget(*self._PRIVATE_FITTED)
-        if self.fine_tune == "head":
-            warnings.warn(
-                "fine_tune='head' was renamed fine_tune='top' (train the layers on top of the "
-                "frozen encoder) in skbert 0.1 and will be removed in 0.3.",
-                FutureWarning,
-                stacklevel=3,
-            )
-        if getattr(self, "head_learning_rate", "deprecated") != "deprecated":
-            warnings.warn(
-                "head_learning_rate was renamed top_learning_rate in skbert 0.1 and will be "
-                "removed in 0.3; its value is used as top_learning_rate.",
-                FutureWarning,
-                stacklevel=3,
-            )
+        warn_renamed(self.get_params(deep=False), stacklevel=3)  # the caller of _fit
 
     @contextlib.contextmanager
     def _atomic_fit(self):
@@ -224,46 +217,23 @@ class BertEstimatorBase(BaseEstimator):
         for name in names:
             self.__dict__.pop(name, None)
 
-    def _fine_tune_mode(self) -> str:
-        """``fine_tune`` with the old spelling ``"head"`` read as ``"top"``."""
-        return "top" if self.fine_tune == "head" else self.fine_tune
-
-    def _top_learning_rate(self):
-        """``top_learning_rate``, or the deprecated ``head_learning_rate`` when given."""
-        old = getattr(self, "head_learning_rate", "deprecated")
-        return self.top_learning_rate if old == "deprecated" else old
-
-    def _training_config(self, device, dtype, **extra) -> TrainingConfig:
-        """The :class:`~skbert._training.loop.TrainingConfig` of this estimator's parameters."""
-        params = {
-            "max_epochs": self.max_epochs,
-            "batch_size": self.batch_size,
-            "learning_rate": self.learning_rate,
-            "layer_lr_decay": self.layer_lr_decay,
-            "top_learning_rate": self._top_learning_rate(),
-            "weight_decay": self.weight_decay,
-            "warmup_fraction": self.warmup_fraction,
-            "train_backbone": self._fine_tune_mode() == "full",
-            "verbose": self.verbose,
-            "device": device,
-            "dtype": dtype,
-        }
-        return TrainingConfig(**{**params, **extra})
-
-    def _build_encoder(self) -> SentenceEncoder:
-        """Load the encoder and tokenizer, resolve the read-out; return the network."""
+    def _build_encoder(self, trains: bool = True) -> SentenceEncoder:
+        """Load the encoder and tokenizer, resolve the read-out (for a fit that ``trains``, or
+        not: see :meth:`_resolve_readout`); return the network."""
         tokenizer, backbone = load_encoder(self.model)
-        self._resolve_readout(tokenizer, backbone.config)
+        self._resolve_readout(tokenizer, backbone.config, trains)
         return SentenceEncoder(backbone, self.readout_).eval()
 
-    def _resolve_readout(self, tokenizer, config) -> None:
+    def _resolve_readout(self, tokenizer, config, trains: bool = True) -> None:
         """Check the read-out parameters against the model and set the learned state that
         every estimator has: ``tokenizer_``, ``special_tokens_``, ``readout_``,
-        ``max_length_`` and ``layers_``."""
+        ``max_length_`` and ``layers_``. A fit that ``trains`` nothing (its
+        :attr:`~skbert._estimator.training_settings.TrainingSettings.trains`) refuses a
+        read-out with weights of its own."""
         specials = SpecialTokens.from_tokenizer(tokenizer)
         limit = model_max_length(tokenizer, config)
         readout = resolve_readout(self.get_params(deep=False), config, specials, limit)
-        if self._fine_tune_mode() == "none" and readout.untrained_weights:
+        if not trains and readout.untrained_weights:
             names = " and ".join(readout.untrained_weights)
             raise ValueError(
                 f"{names} has weights of its own that must be trained, and "

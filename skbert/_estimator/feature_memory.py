@@ -14,7 +14,7 @@ import os
 import numpy as np
 from sklearn.utils.validation import check_memory
 
-from .._core.runtime import report
+from .._core.messages import report
 from .._nn.backbone import load_tokenizer_and_config, local_directory
 from .._storage.feature_cache import cache_key, cached_vectors, get_store, text_digests
 from .._storage.fingerprint import directory_fingerprint, state_fingerprint
@@ -45,13 +45,13 @@ def fit_for_cache(estimator) -> None:
     directory = None if fitted_encoder_source(model) else local_directory(model)
     if directory is not None:
         tokenizer, config = load_tokenizer_and_config(directory)
-        estimator._resolve_readout(tokenizer, config)
+        estimator._resolve_readout(tokenizer, config, trains=False)
         fingerprint = directory_fingerprint(directory)
         estimator.feature_fingerprint_ = fingerprint
         folder = os.path.abspath(directory)
         estimator.deferred_network_ = DeferredNetwork(folder, fingerprint, estimator.readout_)
     else:  # a fitted estimator, or a model that is not in a local folder
-        estimator.network_ = estimator._build_encoder()
+        estimator.network_ = estimator._build_encoder(trains=False)
         backbone = estimator.network_.backbone
         estimator.feature_fingerprint_ = state_fingerprint(backbone, estimator.tokenizer_)
 

@@ -32,7 +32,7 @@ import copy
 import numpy as np
 import torch
 
-from .._core.runtime import progress
+from .._core.messages import progress
 from .._text.encoding import Encoded, distinct_rows, row_blocks
 from .accelerator import run_on_accelerator
 from .composition import combine_texts, row_readers

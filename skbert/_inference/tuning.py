@@ -14,7 +14,7 @@ import types
 
 import torch
 
-from .._core.runtime import training_flops
+from .._core.flops import training_flops
 
 __all__ = [
     "ACCELERATOR_BLOCK_TOKENS",

@@ -1,12 +1,12 @@
 """Checkpoint and resume of the training loop: the whole state in one file, written atomically.
 
 :class:`TrainingCheckpoint` is handed to :func:`skbert._training.loop.train`, which writes a
-snapshot every ``every_n_steps`` optimiser steps and at each epoch's end, and continues from
-the snapshot when one of the same run is there. A snapshot is ONE file that
-``torch.load(..., weights_only=True)`` reads (tensors, numbers, strings, lists and dicts: no
-pickled objects), written to a temporary file in the same folder, flushed to disk and renamed
-over the old one, so a crash leaves the previous snapshot whole. A small JSON sidecar, written
-after it, tells the run's seed without reading the weights.
+snapshot (:mod:`skbert._training.snapshot`) every ``every_n_steps`` optimiser steps and at each
+epoch's end, and continues from the snapshot when one of the same run is there. A snapshot is
+ONE file that ``torch.load(..., weights_only=True)`` reads (tensors, numbers, strings, lists and
+dicts: no pickled objects), written to a temporary file in the same folder, flushed to disk and
+renamed over the old one, so a crash leaves the previous snapshot whole. A small JSON sidecar,
+written after it, tells the run's seed without reading the weights.
 
 A snapshot belongs to one run: it stores a fingerprint of the caller's data key, the settings
 that change the result, the seed and the initial weights, and one of another run is refused
@@ -24,11 +24,11 @@ import uuid
 import numpy as np
 import torch
 
+from .._core.launch import current_share
 from .._storage.files import atomic_write, check_output_dir
 from .._storage.fingerprint import weights_fingerprint
-from .distributed import current_share
 
-__all__ = ["TrainingCheckpoint", "encode_numpy_state", "decode_numpy_state"]
+__all__ = ["TrainingCheckpoint"]
 
 STATE_FILE = "training_state.pt"
 INFO_FILE = "training_state.json"
@@ -298,27 +298,3 @@ def _differences(stored: dict, current: dict) -> list:
         if old.get(key) != new.get(key):
             found.append(f"{key} (stored {old.get(key)!r}, now {new.get(key)!r})")
     return found
-
-
-def encode_numpy_state(state: tuple) -> dict:
-    """A ``RandomState.get_state()`` tuple as values ``weights_only`` loading accepts."""
-    kind, keys, position, has_gauss, cached_gaussian = state
-    return {
-        "kind": str(kind),
-        "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-        "position": int(position),
-        "has_gauss": int(has_gauss),
-        "cached_gaussian": float(cached_gaussian),
-    }
-
-
-def decode_numpy_state(encoded: dict) -> tuple:
-    """The inverse of :func:`encode_numpy_state`, for ``RandomState.set_state``."""
-    keys = encoded["keys"].numpy().astype(np.uint32)
-    return (
-        encoded["kind"],
-        keys,
-        encoded["position"],
-        encoded["has_gauss"],
-        encoded["cached_gaussian"],
-    )

@@ -1,14 +1,15 @@
 """Data-parallel training across the processes of a ``torchrun`` launch (torch.distributed).
 
-A script started with ``torchrun --nproc_per_node=N script.py`` runs N copies of itself, each
-told its rank by environment variables. When such a copy fits an skbert estimator, the training
-loop (:mod:`skbert._training.loop`, the only user of this module) joins the launch's process group
-(gloo for CPU tensors, NCCL for CUDA ones) and trains one model with
-:class:`~torch.nn.parallel.DistributedDataParallel`: every process draws the same global
-batches, computes the loss of its contiguous :class:`Share` of each, and DDP averages the
-gradients, weighted so that the step is the one a single process takes on the whole batch.
-Outside a launch (or in a joblib or Dask worker that a rank started, whose environment it
-inherited) nothing of this runs: :data:`SINGLE` is the share of the whole data.
+When a rank of a launch (:mod:`skbert._core.launch` reads which one) fits an skbert estimator,
+the training loop (:mod:`skbert._training.loop`) joins the launch's process group (gloo for CPU
+tensors, NCCL for CUDA ones) with :func:`join` and trains one model with
+:class:`~torch.nn.parallel.DistributedDataParallel` through :class:`StepLoss`: every process
+draws the same global batches, computes the loss of its contiguous
+:class:`~skbert._core.launch.Share` of each, and DDP averages the gradients, weighted so that
+the step is the one a single process takes on the whole batch. Besides the loop, the
+estimators (:mod:`skbert._estimator.base`: :func:`shared_seed`) and :mod:`skbert.pretraining`
+(:func:`shared_seed`, :func:`barrier`) use its collectives. Outside a launch nothing of this
+runs.
 
 No scikit-learn here: only torch, numpy and the standard library.
 """
@@ -18,13 +19,11 @@ from __future__ import annotations
 import atexit
 import collections
 import inspect
-import multiprocessing
-import os
-from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
+
+from .._core.launch import SINGLE, Share, current_share, group_ready, launch, switched_off
 
 if torch.distributed.is_available():
     # torch.distributed.nn binds the default process group as the default argument of its
@@ -36,111 +35,13 @@ if torch.distributed.is_available():
     import torch.distributed.nn  # noqa: F401
 
 __all__ = [
-    "SINGLE",
-    "Share",
     "StepLoss",
     "barrier",
     "check_agree",
-    "current_share",
     "join",
-    "launch",
-    "local_device",
     "shared_seed",
     "sum_over_ranks",
 ]
-
-#: What ``torchrun`` (and ``torch.distributed.launch``, ``accelerate launch``) set in each rank.
-LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-#: ``SKBERT_DISTRIBUTED=0`` keeps a launched process single (each rank trains its own model).
-_OFF = ("0", "false", "no", "off")
-
-
-@dataclass(frozen=True)
-class Share:
-    """One process's part of the work: rank ``rank`` of ``world`` processes."""
-
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def distributed(self) -> bool:
-        return self.world > 1
-
-    @property
-    def writer(self) -> bool:
-        """Whether this process writes files and prints (rank 0)."""
-        return self.rank == 0
-
-    def rows(self, n: int) -> np.ndarray:
-        """Positions, among ``n`` rows, of this process's contiguous share (sizes differ by at
-        most one; a share is empty when ``n < world``)."""
-        return np.array_split(np.arange(n), self.world)[self.rank]
-
-    def of(self, batch):
-        """This process's part of a global ``batch``: an index array's contiguous share, or
-        what ``batch.share(self)`` gives for a batch that knows how to split itself."""
-        if not self.distributed:
-            return batch
-        split = getattr(batch, "share", None)
-        if split is not None:
-            return split(self)
-        batch = np.asarray(batch)
-        return batch[self.rows(len(batch))]
-
-
-SINGLE = Share()
-
-
-@dataclass(frozen=True)
-class Launch:
-    """This process's place in a launch, from the launcher's environment variables."""
-
-    rank: int
-    world: int
-    local_rank: int
-
-
-def _switched_off() -> bool:
-    return os.environ.get("SKBERT_DISTRIBUTED", "").strip().lower() in _OFF
-
-
-def launch() -> Launch | None:
-    """This process's launch, or None when it is not a rank of a launch of 2 or more.
-
-    A process that a rank started through :mod:`multiprocessing` (joblib's loky workers, Dask's
-    worker processes) inherits the variables but is no rank: it counts as single.
-    ``SKBERT_DISTRIBUTED=0`` makes every process single.
-    """
-    if _switched_off():
-        return None
-    if any(name not in os.environ for name in LAUNCH_VARIABLES):
-        return None
-    if multiprocessing.parent_process() is not None:
-        return None
-    world = int(os.environ["WORLD_SIZE"])
-    if world < 2:
-        return None
-    return Launch(int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]))
-
-
-def _group_ready() -> bool:
-    dist = torch.distributed
-    return dist.is_available() and dist.is_initialized()
-
-
-def current_share() -> Share:
-    """The share of this process, without joining anything: from the process group when one
-    is initialised (by skbert or by the user), else from the launch's variables."""
-    if _switched_off():
-        return SINGLE
-    if not torch.distributed.is_available():  # a build without it: every process trains alone
-        return SINGLE
-    if _group_ready():
-        return Share(torch.distributed.get_rank(), torch.distributed.get_world_size())
-    where = launch()
-    return SINGLE if where is None else Share(where.rank, where.world)
-
 
 _JOINED = []  # the process group skbert initialised, to destroy at exit
 #: The tensors of skbert's recent collectives, kept until the group is destroyed. At
@@ -169,7 +70,7 @@ def join(device: torch.device | None = None) -> Share:
     ValueError
         If ``device`` is the CPU and the group has no backend for CPU tensors (NCCL only).
     """
-    if _switched_off():
+    if switched_off():
         return SINGLE
     dist = torch.distributed
     if not dist.is_available():
@@ -192,7 +93,7 @@ def join(device: torch.device | None = None) -> Share:
 
 
 def _leave() -> None:
-    if _JOINED and _group_ready():
+    if _JOINED and group_ready():
         torch.distributed.destroy_process_group()
     _JOINED.clear()
     _RECENT.clear()
@@ -206,18 +107,6 @@ def _check_backend(device: torch.device) -> None:
             "CPU tensors; initialise it with backend='cpu:gloo,cuda:nccl' (or let skbert "
             "initialise it), or train on device='cuda'."
         )
-
-
-def local_device(device: torch.device) -> torch.device:
-    """``device`` with this rank's GPU for a bare ``cuda`` in a launch (``cuda:LOCAL_RANK``)."""
-    if device.type != "cuda" or device.index is not None:
-        return device
-    where = launch()
-    if where is not None:
-        return torch.device("cuda", where.local_rank % max(torch.cuda.device_count(), 1))
-    if _group_ready():
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def _collective_device() -> torch.device:

@@ -9,11 +9,14 @@ and the caller's RNG is untouched.
 
 A non-finite loss, gradient norm, weight or validation score stops training with
 :class:`~skbert.exceptions.TrainingDivergedError` at the step where it appears, so no model with
-NaN weights is ever returned. Where the device has fused AdamW (CUDA), that optimizer is used
-and the checks stay on the device, read back every few steps (:mod:`skbert._training.fault_checks`),
-so the host never waits for the device in a step. With a
-:class:`~skbert._training.checkpoint.TrainingCheckpoint` the whole training state is written at
-intervals, and a later call continues from it to the same result as an uninterrupted run.
+NaN weights is ever returned. One step function serves every device: it records each step's loss
+and gradient norm in the fault checks (:mod:`skbert._training.fault_checks`), read every N steps
+before the update. N = 1 on the CPU and under float16 loss scaling: the host sees each step.
+Where the device has fused AdamW (CUDA), that optimizer is used, skips a bad step on the device,
+and N = :data:`~skbert._training.fault_checks.READ_EVERY`, so the host does not wait for the
+device in a step. With a :class:`~skbert._training.checkpoint.TrainingCheckpoint` the whole
+training state is written at intervals, and a later call continues from it to the same result as
+an uninterrupted run.
 
 In a ``torchrun`` launch the loop trains one model across the processes
 (:mod:`skbert._training.distributed`): every rank draws the same global batches and computes
@@ -33,12 +36,13 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 import torch
 
-from .._core.runtime import autocast, progress, report
+from .._core.devices import autocast
+from .._core.messages import progress, report
 from ..exceptions import TrainingDivergedError
 from ..optim import layerwise_param_groups
-from .checkpoint import decode_numpy_state, encode_numpy_state
 from .distributed import StepLoss, check_agree, join, sum_over_ranks
-from .fault_checks import READ_EVERY, DeferredChecks
+from .fault_checks import READ_EVERY, DeferredChecks, HostChecks
+from .snapshot import restore, snapshot
 
 __all__ = [
     "TrainingConfig",
@@ -154,7 +158,9 @@ class _Optimisation:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     scaler: object  # a torch GradScaler
-    deferred: bool = False  # checks on the device (fused AdamW skips bad steps there)
+    #: steps between two reads of the fault checks: READ_EVERY where fused AdamW skips a bad
+    #: step on the device, else 1 (the host checks each step before its update)
+    check_every: int = 1
 
 
 @dataclass
@@ -202,7 +208,7 @@ def train(
     config : TrainingConfig
     validate : callable ``(network, share) -> (total, count)`` or None
         The sum of a held-out score over the rows of ``share`` (a
-        :class:`~skbert._training.distributed.Share`: ``share.rows(n)`` picks this process's rows),
+        :class:`~skbert._core.launch.Share`: ``share.rows(n)`` picks this process's rows),
         and their number; the score is ``total / count`` summed over the processes (higher is
         better). Called in eval mode after each epoch.
     seed : int
@@ -259,7 +265,7 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
         opt = _optimisation(network, config, plan.total_steps)
         stored = None if checkpoint is None else checkpoint.load(identity)
         if stored is not None:
-            _restore(stored, network, opt, state, rng, plan, config.device)
+            restore(stored, network, opt, state, rng, plan, config.device)
             if config.verbose:
                 done = " (finished: nothing left to train)" if state.finished else ""
                 report(f"{desc}: resumed from step {state.step} of {plan.total_steps}{done}.")
@@ -280,7 +286,7 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
                 _end_epoch(network, validate, share, opt, config, plan, state)
                 state.epoch_rng = rng.get_state()  # the next epoch's make_batches starts here
                 if checkpoint is not None:
-                    checkpoint.save(_snapshot(network, opt, state, config.device), identity)
+                    checkpoint.save(snapshot(network, opt, state, config.device), identity)
         finally:
             step_loss.close()
     return state.history
@@ -321,7 +327,7 @@ def _optimisation(network, config: TrainingConfig, total_steps: int) -> _Optimis
         optimizer=optimizer,
         scheduler=linear_schedule(optimizer, total_steps, config.warmup_fraction),
         scaler=scaler,
-        deferred=fused and not scaler.is_enabled(),
+        check_every=READ_EVERY if fused and not scaler.is_enabled() else 1,
     )
 
 
@@ -357,45 +363,70 @@ def _run_epoch(network, step_loss, batches, opt, config, plan, state, checkpoint
         unit="batch",
         verbose=config.verbose,
     )
-    checks = DeferredChecks(config.device, state.step) if opt.deferred else None
+    checks = _fault_checks(opt, config, state.step)
+
+    def read() -> None:
+        _read_checks(checks, config, plan, state)
+
     for batch in bar:
-        if checks is None:
-            where = plan.where(state.step + 1, state.epoch)
-            value = _train_step(step_loss, batch, opt, config, plan.desc, where)
-            state.loss_sum += value
-            state.loss_count += 1
-        else:
-            _deferred_step(step_loss, batch, opt, config, checks)
+        _step(step_loss, batch, opt, config, checks, read)
         state.step += 1
         state.position += 1
         due = checkpoint is not None and checkpoint.due(state.step)
-        if checks is not None and (due or checks.pending >= READ_EVERY):
-            _read_checks(checks, config, plan, state)
+        if due and checks.pending:
+            read()
         if config.verbose and state.loss_count:
             bar.set_postfix(loss=f"{state.loss_sum / state.loss_count:.4f}", refresh=False)
         # the epoch's end writes its own checkpoint, after validation
         if due and state.position < len(batches):
             _check_weights(network, opt.params, config, plan, state)
-            checkpoint.save(_snapshot(network, opt, state, config.device), identity)
-    if checks is not None and checks.pending:
-        _read_checks(checks, config, plan, state)
+            checkpoint.save(snapshot(network, opt, state, config.device), identity)
+    if checks.pending:
+        read()
 
 
-def _deferred_step(step_loss, batch, opt: _Optimisation, config, checks) -> None:
-    """:func:`_train_step` without waiting for the device: the loss and gradient norm are
-    recorded in ``checks``, and fused AdamW skips the update on the device when either (or
-    an earlier step's) is not finite."""
+def _fault_checks(opt: _Optimisation, config, step: int):
+    """The checks of this epoch's steps, read every ``opt.check_every`` steps: on the device
+    where the optimiser skips a bad step there, else by the host at each step."""
+    if opt.check_every > 1:
+        return DeferredChecks(config.device, step, opt.check_every)
+    return HostChecks(step, check_norm=not opt.scaler.is_enabled())
+
+
+def _step(step_loss, batch, opt: _Optimisation, config, checks, read) -> None:
+    """One optimiser step, whatever the checks' N (``checks.every``).
+
+    The step's loss and gradient norm are recorded in ``checks``; once N steps are pending,
+    ``read()`` reads them and raises at the first non-finite one, before this step's update.
+    For N = 1 the host so sees each step before it is applied; for N > 1 fused AdamW skips on
+    the device every update from a bad step on (``found_inf``), so the weights are those before
+    it either way. Under float16 loss scaling (N = 1), the scaler skips a step whose gradients
+    are inf or NaN instead of failing.
+    """
     with autocast(config.device, config.dtype):
         objective, loss = step_loss(batch)
     opt.optimizer.zero_grad(set_to_none=True)
-    objective.backward()
+    opt.scaler.scale(objective).backward()
+    opt.scaler.unscale_(opt.optimizer)  # clip the true gradients, not the scaled ones
     norm = torch.nn.utils.clip_grad_norm_(opt.params, config.max_grad_norm)
-    opt.optimizer.found_inf = checks.record(loss, norm)
+    skip = checks.record(loss, norm)  # None, or the flag the device skips the update on
+    if checks.pending >= checks.every:
+        read()
+    if skip is not None:
+        opt.optimizer.found_inf = skip
     try:
-        opt.optimizer.step()
+        opt.scaler.step(opt.optimizer)  # under loss scaling, skipped when a gradient is inf/NaN
     finally:
-        del opt.optimizer.found_inf
-    opt.scheduler.step()
+        if skip is not None:
+            del opt.optimizer.found_inf
+    opt.scaler.update()
+    if not opt.scaler.is_enabled():
+        opt.scheduler.step()
+        return
+    with warnings.catch_warnings():
+        # a skipped first step is not the misuse this warns about: the schedule counts steps
+        warnings.filterwarnings("ignore", _SCHEDULER_ORDER_WARNING, UserWarning)
+        opt.scheduler.step()
 
 
 def _read_checks(checks, config, plan, state: _Progress) -> None:
@@ -406,31 +437,6 @@ def _read_checks(checks, config, plan, state: _Progress) -> None:
         raise _diverged(plan.desc, plan.where(step, state.epoch), what, config)
     state.loss_sum += loss_sum
     state.loss_count += n_steps
-
-
-def _train_step(step_loss, batch, opt: _Optimisation, config, desc, where) -> float:
-    """One optimiser step; the batch's loss. Raises before a non-finite value is applied."""
-    with autocast(config.device, config.dtype):
-        objective, loss = step_loss(batch)
-    value = float(loss)
-    if not math.isfinite(value):
-        raise _diverged(desc, where, f"the training loss is {value}", config)
-    opt.optimizer.zero_grad(set_to_none=True)
-    opt.scaler.scale(objective).backward()
-    opt.scaler.unscale_(opt.optimizer)  # clip the true gradients, not the scaled ones
-    norm = float(torch.nn.utils.clip_grad_norm_(opt.params, config.max_grad_norm))
-    if not math.isfinite(norm) and not opt.scaler.is_enabled():
-        raise _diverged(desc, where, f"the gradient norm is {norm}", config)
-    opt.scaler.step(opt.optimizer)  # under loss scaling, skipped when a gradient is inf/NaN
-    opt.scaler.update()
-    if not opt.scaler.is_enabled():
-        opt.scheduler.step()
-        return value
-    with warnings.catch_warnings():
-        # a skipped first step is not the misuse this warns about: the schedule counts steps
-        warnings.filterwarnings("ignore", _SCHEDULER_ORDER_WARNING, UserWarning)
-        opt.scheduler.step()
-    return value
 
 
 def _end_epoch(network, validate, share, opt, config, plan, state: _Progress) -> None:
@@ -495,77 +501,3 @@ def _result_settings(config: TrainingConfig) -> dict:
     settings["device"] = config.device.type
     settings["dtype"] = None if config.dtype is None else str(config.dtype)
     return settings
-
-
-def _device_rng_state(device: torch.device):
-    """The accelerator's RNG state (dropout draws from it there), or None on the CPU."""
-    if device.type == "cuda":
-        return torch.cuda.get_rng_state(device)
-    if device.type == "mps":
-        return torch.mps.get_rng_state()
-    return None
-
-
-def _set_device_rng_state(device: torch.device, rng_state) -> None:
-    if rng_state is None:
-        return
-    if device.type == "cuda":
-        torch.cuda.set_rng_state(rng_state, device)
-    elif device.type == "mps":
-        torch.mps.set_rng_state(rng_state)
-
-
-def _cpu_state(state_dict) -> dict:
-    return {name: tensor.detach().cpu() for name, tensor in state_dict.items()}
-
-
-def _snapshot(network, opt: _Optimisation, state: _Progress, device) -> dict:
-    """Everything needed to continue this fit, as tensors and plain Python values."""
-    return {
-        "network": _cpu_state(network.state_dict()),
-        "optimizer": opt.optimizer.state_dict(),
-        "scheduler": opt.scheduler.state_dict(),
-        "scaler": opt.scaler.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "device_rng": _device_rng_state(device),
-        "numpy_rng": encode_numpy_state(state.epoch_rng),
-        "loop": {
-            "epoch": state.epoch,
-            "step": state.step,
-            "position": state.position,
-            "loss_sum": state.loss_sum,
-            "loss_count": state.loss_count,
-            "best_score": state.best_score,
-            "stale": state.stale,
-            "finished": state.finished,
-        },
-        "loss_curve": list(state.history.loss_curve),
-        "validation_scores": list(state.history.validation_scores),
-        "best_network": None if state.best_state is None else _cpu_state(state.best_state),
-    }
-
-
-def _restore(stored: dict, network, opt: _Optimisation, state: _Progress, rng, plan, device):
-    """Put a :func:`_snapshot` back into the network, the optimiser, the RNGs and ``state``."""
-    loop = stored["loop"]
-    if loop["step"] > plan.total_steps:
-        raise ValueError(
-            f"the stored training state is at step {loop['step']}, but this fit has only "
-            f"{plan.total_steps} steps: the training data changed without changing data_key."
-        )
-    network.load_state_dict(stored["network"])
-    opt.optimizer.load_state_dict(stored["optimizer"])
-    opt.scheduler.load_state_dict(stored["scheduler"])
-    opt.scaler.load_state_dict(stored["scaler"])
-    torch.set_rng_state(stored["torch_rng"])
-    _set_device_rng_state(device, stored["device_rng"])
-    for key, value in loop.items():
-        setattr(state, key, value)
-    state.history = TrainingHistory(
-        loss_curve=list(stored["loss_curve"]),
-        validation_scores=list(stored["validation_scores"]),
-    )
-    state.best_state = stored["best_network"]
-    state.epoch_rng = decode_numpy_state(stored["numpy_rng"])
-    if state.epoch > 0:  # epoch 0's batches were drawn already, from the same start
-        rng.set_state(state.epoch_rng)

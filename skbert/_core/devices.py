@@ -1,23 +1,22 @@
-"""Devices, numeric precision, and what a run tells the user (progress bars and messages)."""
+"""The device and numeric precision a fit or a prediction runs in, and its autocast context.
+
+:func:`resolve_device` turns the estimators' ``device`` parameter into a :class:`torch.device`
+(a ``torchrun`` rank's own GPU for a bare ``"cuda"``), :func:`resolve_precision` their
+``precision`` parameter into an autocast dtype, and :func:`autocast` enters it. Used by the
+estimators (:mod:`skbert._estimator.base`), :mod:`skbert.pretraining` and the training loop
+(:mod:`skbert._training.loop`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import re
-import sys
 
 import torch
 
-from .._training.distributed import current_share, local_device
+from .launch import local_device
 
-__all__ = [
-    "resolve_device",
-    "resolve_precision",
-    "training_flops",
-    "autocast",
-    "progress",
-    "report",
-]
+__all__ = ["BF16_TRAINING_MIN_FLOPS", "autocast", "resolve_device", "resolve_precision"]
 
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -93,45 +92,8 @@ def resolve_precision(precision: str, device: torch.device, *, training_flops=No
     )
 
 
-def training_flops(network) -> int | None:
-    """Matrix-product FLOPs per token of ``network``'s encoder (its ``backbone``, or itself),
-    from its config; None when the config does not say."""
-    backbone = getattr(network, "backbone", network)
-    config = getattr(backbone, "config", None)
-    hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", None)
-    inner = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None)
-    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)
-    if not all(isinstance(v, int) and v > 0 for v in (hidden, inner, layers)):
-        return None
-    return 2 * layers * (4 * hidden * hidden + 2 * hidden * inner)
-
-
 def autocast(device: torch.device, dtype):
     """An autocast context for ``dtype`` on ``device``; a no-op for float32."""
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def progress(iterable, *, desc: str, unit: str, verbose, total=None):
-    """``iterable`` behind a tqdm progress bar on stderr when ``verbose``, else as it is.
-
-    ``tqdm.auto`` gives a widget in Jupyter (with the ``notebook`` extra) and a text bar
-    elsewhere; it is imported on first use.
-    """
-    if not verbose or not current_share().writer:  # in a torchrun launch, rank 0 shows it
-        return iterable
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr)
-
-
-def report(message: str) -> None:
-    """Tell the user ``message``: on stderr, the stream of the progress bars, without
-    breaking a bar that is being drawn (torch imports tqdm anyway, so this costs nothing).
-    In a torchrun launch, rank 0 alone reports."""
-    if not current_share().writer:
-        return
-    from tqdm import tqdm
-
-    tqdm.write(message, file=sys.stderr)

@@ -1,6 +1,14 @@
-"""Training faults: a non-finite loss, gradient, weight or validation score stops the loop at
-the step where it appears; fp16 trains with loss scaling; every step has a non-zero learning
-rate; the network is left usable whatever happens inside the loop."""
+"""The training loop, skbert/_training/ module by module (its checkpoint and resume are in
+tests/test_checkpoint.py, its torchrun launches in tests/test_torchrun.py).
+
+loop: a non-finite loss, gradient, weight or validation score stops the loop at the step where
+it appears; fp16 trains with loss scaling; every step has a non-zero learning rate; the network
+is left usable whatever happens inside the loop. fault_checks: the one step function reads its
+checks every N steps, N = 1 (the host, as on the CPU) or N = 4 (kept on the device, as CUDA
+runs them with fused AdamW, exercised on the CPU, whose fused AdamW, torch >= 2.4, skips a step
+on the same found_inf flag): the same errors at the same steps, weights left as before the bad
+step. snapshot: the RNG state's encoding.
+"""
 
 import math
 import re
@@ -14,8 +22,11 @@ from conftest import SMALL
 from loop_helpers import Net, needs_cpu_loss_scaling, one_thread  # noqa: F401 (an autouse fixture)
 from torch import nn
 
+import skbert._training.loop as loop
 from skbert._training.checkpoint import TrainingCheckpoint
+from skbert._training.fault_checks import DeferredChecks, HostChecks
 from skbert._training.loop import TrainingConfig, length_grouped_batches, linear_schedule, train
+from skbert._training.snapshot import decode_numpy_state, encode_numpy_state
 from skbert.exceptions import TrainingDivergedError
 
 _GEN = torch.Generator().manual_seed(1)
@@ -76,6 +87,40 @@ def overflow_weight(net, loss):
     return loss
 
 
+def _cpu_has_fused_adamw():
+    try:
+        torch.optim.AdamW([torch.nn.Parameter(torch.ones(1))], fused=True)
+    except (RuntimeError, ValueError, TypeError):
+        return False
+    return True
+
+
+@pytest.fixture(params=[1, 4], ids=["N=1", "N=4"])
+def every(request, monkeypatch):
+    """The fault checks' N: 1, the host's check of each step (the CPU); or 4, the checks kept
+    on the device and read every 4 steps, as on CUDA (fused AdamW, also on the CPU here).
+    Returns ``(N, reads)``, ``reads`` the number of steps pending at each read."""
+    n = request.param
+    if n > 1:
+        if not _cpu_has_fused_adamw():
+            pytest.skip("fused AdamW on the CPU needs torch >= 2.4")
+        monkeypatch.setattr(loop, "FUSED_ADAMW_DEVICES", ("cuda", "cpu"))
+        monkeypatch.setattr(loop, "READ_EVERY", n)
+    reads = []
+    for checks in (HostChecks, DeferredChecks):
+        monkeypatch.setattr(checks, "read", _counting(checks.read, reads))
+    return n, reads
+
+
+def _counting(read, reads):
+    def counting(self):
+        reads.append(self.pending)
+        return read(self)
+
+    return counting
+
+
+# ------------------------------------------------------------------ divergence
 def test_error_is_an_arithmetic_error():
     assert issubclass(TrainingDivergedError, FloatingPointError)
     assert issubclass(TrainingDivergedError, ArithmeticError)
@@ -102,23 +147,6 @@ def test_huge_learning_rate_stops_at_the_first_non_finite_loss():
     assert "learning_rate (it is 1e+06)" in message
     assert "precision" not in message  # trained in float32: nothing to say about it
     assert all(torch.isfinite(p).all() for p in net.parameters())  # never returned NaN
-
-
-def test_non_finite_loss_is_caught_before_it_is_applied():
-    fault = Fault(8, nan_loss)
-    net = Net()
-    with pytest.raises(TrainingDivergedError, match=r"at step 8 of 12 \(epoch 2 of 2\)"):
-        train(net, fault, make_batches, config())
-    assert same_weights(weights(net), fault.before)
-
-
-def test_non_finite_gradient_is_caught_before_it_is_applied():
-    fault = Fault(3, inf_gradient)
-    net = Net()
-    pattern = r"at step 3 of 12 \(epoch 1 of 2\): the gradient norm is (nan|inf)"
-    with pytest.raises(TrainingDivergedError, match=pattern):
-        train(net, fault, make_batches, config())
-    assert same_weights(weights(net), fault.before)
 
 
 def test_a_weight_overflow_at_the_last_step_is_caught():
@@ -156,6 +184,88 @@ def test_message_names_what_the_fit_can_change():
     assert 'precision="fp32" (this fit trained in bfloat16)' in message
 
 
+# ------------------------------------------------------------------ one step, N steps a read
+def test_the_checks_are_read_every_n_steps_and_at_each_epochs_end(every):
+    n, reads = every
+    history = train(Net(), loss_fn, make_batches, config())  # 2 epochs of 6 steps
+    assert reads == ([1] * 12 if n == 1 else [4, 2, 4, 2])
+    assert len(history.loss_curve) == 2
+    if n > 1:  # fused AdamW rounds differently from foreach AdamW: the same within rounding
+        loop.FUSED_ADAMW_DEVICES = ()  # N = 1 again (restored by monkeypatch)
+        per_step = train(Net(), loss_fn, make_batches, config())
+        assert history.loss_curve == pytest.approx(per_step.loss_curve, rel=1e-4)
+
+
+def test_a_non_finite_loss_stops_at_its_step_with_the_weights_before_it(every):
+    n, _ = every
+    fault = Fault(8, nan_loss)
+    net = Net()
+    pattern = r"at step 8 of 12 \(epoch 2 of 2\): the training loss is nan"
+    with pytest.raises(TrainingDivergedError, match=pattern):
+        train(net, fault, make_batches, config())
+    # N = 1: the host stopped at that step; N = 4: it went on queueing steps until its next
+    # read, all skipped on the device
+    assert fault.calls == 8 if n == 1 else fault.calls > 8
+    assert same_weights(weights(net), fault.before)
+
+
+def test_a_non_finite_gradient_stops_at_its_step_with_the_weights_before_it(every):
+    fault = Fault(3, inf_gradient)
+    net = Net()
+    pattern = r"at step 3 of 12 \(epoch 1 of 2\): the gradient norm is (nan|inf)"
+    with pytest.raises(TrainingDivergedError, match=pattern):
+        train(net, fault, make_batches, config())
+    assert same_weights(weights(net), fault.before)
+    assert all(bool(torch.isfinite(p).all()) for p in net.parameters())
+
+
+def test_the_checks_are_read_before_a_checkpoint_is_written(every, tmp_path):
+    n, reads = every
+    checkpoint = TrainingCheckpoint(tmp_path, 2, data_key="k")
+    with pytest.raises(TrainingDivergedError, match="at step 1 of 12"):
+        train(Net(), Fault(1, nan_loss), make_batches, config(), checkpoint=checkpoint)
+    # N = 1: read at step 1 itself; N = 4: at the first checkpoint, step 2; nothing written
+    assert reads == ([1] if n == 1 else [2])
+    assert checkpoint.stored_seed() is None
+
+
+def test_n_is_1_under_loss_scaling(every):
+    """float16 loss scaling skips steps itself (through the same flag): there the loop
+    checks every step, as on the CPU's foreach AdamW."""
+    n, _ = every
+    net = Net()
+    scaled = loop._optimisation(net, config(dtype=torch.float16), 12)
+    assert scaled.check_every == (1 if scaled.scaler.is_enabled() else n)
+    assert loop._optimisation(net, config(), 12).check_every == n
+
+
+def test_host_checks_record_and_read():
+    checks = HostChecks(10)
+    for loss, norm in [(1.0, 0.5), (3.0, 2.0)]:
+        assert checks.record(torch.tensor(loss), torch.tensor(norm)) is None
+    assert checks.read() == (4.0, 2, None)
+    checks.record(torch.tensor(2.0), torch.tensor(math.inf))  # step 13: the first bad one
+    checks.record(torch.tensor(math.nan), torch.tensor(1.0))
+    assert checks.read()[1:] == (2, (13, "the gradient norm is inf"))
+    scaled = HostChecks(0, check_norm=False)  # under loss scaling: the scaler skips the step
+    scaled.record(torch.tensor(2.0), torch.tensor(math.inf))
+    assert scaled.read() == (2.0, 1, None)
+
+
+def test_deferred_checks_record_and_read():
+    checks = DeferredChecks(torch.device("cpu"), 10)
+    for loss, norm in [(1.0, 0.5), (3.0, 2.0)]:
+        assert float(checks.record(torch.tensor(loss), torch.tensor(norm))) == 0.0
+    assert checks.read() == (4.0, 2, None)
+    checks.record(torch.tensor(2.0), torch.tensor(math.inf))  # step 13: the first bad one
+    flag = checks.record(torch.tensor(math.nan), torch.tensor(1.0))
+    assert float(flag) == 1.0
+    loss_sum, n_steps, failure = checks.read()
+    assert (loss_sum, n_steps) == (0.0, 2)
+    assert failure == (13, "the gradient norm is inf")
+
+
+# ------------------------------------------------------------------ loss scaling
 class SpyScaler(getattr(torch.amp, "GradScaler", object)):
     """A GradScaler that logs its calls (and the clipping between them) to ``LOG``."""
 
@@ -229,6 +339,7 @@ def test_fp16_skips_a_step_with_an_infinite_gradient_instead_of_failing(at):
         train(Net(), Fault(at, inf_gradient), make_batches, config(dtype=torch.bfloat16))
 
 
+# ------------------------------------------------------------------ schedule, robustness
 def test_schedule_factors_are_as_specified():
     parameter = nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([parameter], lr=1.0)
@@ -295,3 +406,15 @@ def test_empty_data_is_refused_and_leaves_the_network_usable():
     with pytest.raises(ValueError, match=re.escape("no training batches")):
         train(net, loss_fn, lambda rng: [], config(train_backbone=False))
     assert all(p.requires_grad for p in net.backbone.parameters())
+
+
+# ------------------------------------------------------------------ snapshot
+def test_the_numpy_rng_state_survives_its_encoding():
+    rng = np.random.RandomState(3)
+    rng.standard_normal()  # a cached Gaussian, too
+    state = rng.get_state()
+    encoded = encode_numpy_state(state)
+    assert all(isinstance(v, torch.Tensor | str | int | float) for v in encoded.values())
+    other = np.random.RandomState(0)
+    other.set_state(decode_numpy_state(encoded))
+    assert other.random_sample(5).tolist() == rng.random_sample(5).tolist()
