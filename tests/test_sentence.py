@@ -233,7 +233,7 @@ def test_transform_before_fit():
         ("just a string", TypeError, "single str"),
         ([], ValueError, "empty"),
         (["a", None], ValueError, r"X\[1\] is missing"),
-        (["a", 3], TypeError, r"X\[1\] is a int"),
+        (["a", 3], TypeError, r"X\[1\] is an int"),
         (np.array([["a", "b", "c"]], dtype=object), ValueError, "3 columns"),
     ],
 )
