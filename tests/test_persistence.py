@@ -608,14 +608,15 @@ def test_fitted_network_is_the_seam_of_a_fitted_estimator(tiny_bert, tmp_path):
         BertTextClassifier(tiny_bert).fitted_network()
     est = BertSentenceTransformer(tiny_bert, device="cpu", memory=tmp_path).fit(TEXTS)
     assert "network_" not in vars(est)
-    assert est.fitted_network() is est.network_  # a deferred fit loads it here
+    network = est.fitted_network()  # a deferred fit loads it here, into the prediction cache
+    assert "network_" not in vars(est) and est.fitted_network() is network
     from skbert._estimator.model_source import load_encoder
 
     for model in (est, FrozenEstimator(est)):  # model=fitted: copies, through the seam
         tokenizer, backbone = load_encoder(model)
-        assert backbone is not est.network_.backbone and tokenizer is not est.tokenizer_
+        assert backbone is not network.backbone and tokenizer is not est.tokenizer_
         assert not backbone.training
-        assert_same(backbone, est.network_.backbone, "backbone")
+        assert_same(backbone, network.backbone, "backbone")
         assert tokenizer(TEXTS[0])["input_ids"] == est.tokenizer_(TEXTS[0])["input_ids"]
 
 
