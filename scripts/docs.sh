@@ -2,7 +2,7 @@
 # Set up (see scripts/setup.sh), install the `docs` extra and build the HTML documentation into
 # docs/_build/html, with warnings treated as errors. Offline: the packaged model, no intersphinx.
 #
-# The build executes the quick gallery example (examples/demo_grid_search.py, about 25 s on
+# The build executes the quick gallery example (examples/demo_grid_search.py, a few seconds on
 # 2 idle CPU cores; docs/conf.py lists the executed ones) and renders the others without running
 # them. Its output is cached by sphinx-gallery until the example changes. Extra arguments go to
 # sphinx-build, e.g. `bash scripts/docs.sh -D plot_gallery=0` renders without executing.
