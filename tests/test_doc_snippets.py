@@ -77,18 +77,6 @@ never closed
 """
 
 
-def test_markdown_blocks():
-    found, problems = markdown_blocks(MARKDOWN)
-    assert found == [
-        Block(9, 10, "python", 'x = "`not a span`"'),
-        Block(13, 14, "bash", "```\necho inside\n```"),
-        Block(19, 20, "sh", "ls"),
-        Block(23, 24, "", "output"),
-        Block(26, 27, "text", "never closed"),
-    ]
-    assert problems == ["line 26: this fence is never closed"]
-
-
 def test_markdown_spans():
     assert markdown_spans(MARKDOWN) == [
         Span(1, "code"),
@@ -127,16 +115,6 @@ after the block ``x = 1``::
 """
 
 
-def test_rst_blocks():
-    found, problems = rst_blocks(RST)
-    assert found == [
-        Block(8, 11, "bash", "bash scripts/setup.sh\n  indented more"),
-        Block(14, 16, "::", "a literal block ``not a span``"),
-        Block(22, 24, "", "no language"),
-    ]
-    assert problems == []
-
-
 def test_rst_spans():
     assert rst_spans(RST) == [
         Span(4, "pip install -e ."),
@@ -145,3 +123,35 @@ def test_rst_spans():
         Span(14, "x = 1"),
         Span(20, 'pooling="cls" | "mean"'),
     ]
+
+
+@pytest.mark.parametrize(
+    ("finder", "text", "expected", "problems"),
+    [
+        (
+            markdown_blocks,
+            MARKDOWN,
+            [
+                Block(9, 10, "python", 'x = "`not a span`"'),
+                Block(13, 14, "bash", "```\necho inside\n```"),
+                Block(19, 20, "sh", "ls"),
+                Block(23, 24, "", "output"),
+                Block(26, 27, "text", "never closed"),
+            ],
+            ["line 26: this fence is never closed"],
+        ),
+        (
+            rst_blocks,
+            RST,
+            [
+                Block(8, 11, "bash", "bash scripts/setup.sh\n  indented more"),
+                Block(14, 16, "::", "a literal block ``not a span``"),
+                Block(22, 24, "", "no language"),
+            ],
+            [],
+        ),
+    ],
+    ids=["markdown", "rst"],
+)
+def test_blocks(finder, text, expected, problems):
+    assert finder(text) == (expected, problems)
