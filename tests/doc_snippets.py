@@ -258,6 +258,29 @@ def rst_spans(text: str) -> list[Span]:
 
 # -- Documents ---------------------------------------------------------------------------------
 
+_RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+]){3,}\s*$")
+
+
+def section(path: Path, line: int) -> str:
+    """The text of the section (from one heading to the next, code included) holding a line:
+    Markdown headings ``#`` outside code blocks, rst titles underlined."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if path.suffix == ".rst":
+        headings = [
+            i
+            for i in range(len(lines) - 1)
+            if lines[i].strip()
+            and _RST_UNDERLINE.match(lines[i + 1])
+            and len(lines[i + 1].strip()) >= len(lines[i].strip())
+        ]
+    else:
+        fences = [(s, len(lines) if e is None else e + 1) for s, e, _ in _md_fences(lines)]
+        prose = _blank_out(lines, fences)
+        headings = [i for i, text in enumerate(prose) if re.match(r"^#{1,6} ", text)]
+    start = max([i for i in headings if i < line] or [0])
+    stop = min([i for i in headings if i >= line] or [len(lines)])
+    return "\n".join(lines[start:stop])
+
 
 def blocks(path: Path) -> tuple[list[Block], list[str]]:
     finder = rst_blocks if path.suffix == ".rst" else markdown_blocks

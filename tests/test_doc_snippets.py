@@ -23,6 +23,7 @@ from doc_snippets import (
     relative,
     rst_blocks,
     rst_spans,
+    section,
 )
 
 COMMAND_LINE = re.compile(r"^\s*(?:\$ |(?:pip|python3?|bash|torchrun|export)\s)")
@@ -155,3 +156,21 @@ def test_rst_spans():
 )
 def test_blocks(finder, text, expected, problems):
     assert finder(text) == (expected, problems)
+
+
+MD_SECTIONS = "intro\n# One\none `x`\n```bash\n# a comment\n```\n## Two\ntwo\n"
+RST_SECTIONS = (
+    "intro\n\nOne\n===\n\none ``x``\n\n.. code-block:: bash\n\n   # a comment\n\nTwo\n---\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line"), [("a.md", MD_SECTIONS, 3), ("a.rst", RST_SECTIONS, 6)]
+)
+def test_section(tmp_path, name, text, line):
+    """A section runs from its heading to the next; a comment in a code block is no heading."""
+    path = tmp_path / name
+    path.write_text(text)
+    one = section(path, line)
+    assert "One" in one and "# a comment" in one, one
+    assert "Two" not in one and "intro" not in one, one

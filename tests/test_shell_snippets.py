@@ -35,6 +35,10 @@ Each must:
 7. hold no placeholder: ``<name>``, ``...``, ``path/to``, an example.com host, or an argument
    in capitals such as ``N`` or ``DIR``: a snippet is pasted as it stands.
 
+Inline code that starts with ``--`` names options (``--rounds N``: a metavar is fine there): each
+must be an option of a script that its section (heading to heading) names, ``bench_x.py``,
+``benchmarks/...`` or ``examples/...``, or of torchrun when the section names torchrun.
+
 ``python -c`` code that only imports is also run for real (``python -c "import skbert"``), in
 a subprocess from the repository root.
 """
@@ -55,7 +59,7 @@ import sys
 
 import pytest
 from conftest import REPO
-from doc_snippets import SHELL, all_blocks, all_spans
+from doc_snippets import DOCUMENTS, SHELL, all_blocks, all_spans, relative, section, spans
 
 COMMANDS = {"pip", "python", "python3", "bash", "sh", "torchrun", "export", "cd"}
 VENV_TOOLS = {"pip", "python", "python3", "jupyter"}
@@ -456,6 +460,56 @@ def test_shell_snippets_found():
     spans = [param.values[0] for param in SNIPPETS if not param.values[2]]
     assert 'python -c "import skbert"' in spans, spans
     assert any(span.startswith("pip install") for span in spans), spans
+
+
+SCRIPT_NAME = re.compile(r"\b((?:benchmarks|examples)/[\w-]+\.py|bench_[\w-]+\.py)")
+
+
+def named_parsers(text: str) -> dict:
+    """The parsers of the scripts a text names (``bench_x.py`` is benchmarks/'s), and
+    torchrun's when it names torchrun."""
+    parsers = {}
+    for name in SCRIPT_NAME.findall(text):
+        script = name if "/" in name else f"benchmarks/{name}"
+        if (REPO / script).is_file() and rebuilt_parser(script) is not None:
+            parsers[script] = rebuilt_parser(script)
+    if re.search(r"\btorchrun\b", text):
+        from torch.distributed.run import get_args_parser
+
+        parsers["torchrun"] = get_args_parser()
+    return parsers
+
+
+OPTION_SPANS = [
+    pytest.param(path, span, id=f"{relative(path)}:{span.line}")
+    for path in DOCUMENTS
+    for span in spans(path)
+    if span.text.startswith("--")
+]
+
+
+@pytest.mark.parametrize(("path", "span"), OPTION_SPANS)
+def test_inline_options(path, span):
+    """Inline code that names options (``--rounds N``, a metavar allowed) names options of a
+    script that its section names (``bench_transform.py``, ``examples/x.py``, torchrun)."""
+    parsers = named_parsers(section(path, span.line))
+    assert parsers, f"{span.text!r}: its section names no script that takes options"
+    for word in span.text.split():
+        option = word.split("=", 1)[0]
+        if option.startswith("-"):
+            known = [name for name, p in parsers.items() if option in p._option_string_actions]
+            assert known, f"{option} is an option of none of {sorted(parsers)}"
+
+
+def test_inline_options_found():
+    assert len(OPTION_SPANS) >= 5, OPTION_SPANS
+
+
+def test_named_parsers():
+    parsers = named_parsers("run `bench_transform.py` (or examples/no_such.py), then torchrun")
+    assert sorted(parsers) == ["benchmarks/bench_transform.py", "torchrun"]
+    options = parsers["benchmarks/bench_transform.py"]._option_string_actions
+    assert "--memory" in options and "--memroy" not in options
 
 
 # -- The checks themselves ---------------------------------------------------------------------
