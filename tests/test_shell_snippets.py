@@ -232,16 +232,15 @@ class Checker:
         if message not in self.problems:
             self.problems.append(message)
 
-    def snippet(self, code: str, *, console: bool = False, block: bool = True) -> None:
-        if block:
-            syntax = subprocess.run(
-                ["bash", "-n"],
-                input=code if not console else "\n".join(command_lines(code, console)),
-                capture_output=True,
-                text=True,
-            )
-            if syntax.returncode:
-                self.fail(f"bash -n: {syntax.stderr.strip()}")
+    def snippet(self, code: str, *, console: bool = False) -> None:
+        syntax = subprocess.run(
+            ["bash", "-n"],
+            input=code if not console else "\n".join(command_lines(code, console)),
+            capture_output=True,
+            text=True,
+        )
+        if syntax.returncode:
+            self.fail(f"bash -n: {syntax.stderr.strip()}")
         for line in command_lines(code, console):
             try:
                 commands = split_commands(line)
@@ -417,9 +416,9 @@ class Checker:
                 self.fail(f"{name} is read by none of {where}: a misspelling?")
 
 
-def check(code: str, *, console: bool = False, block: bool = True) -> Checker:
+def check(code: str, *, console: bool = False) -> Checker:
     checker = Checker()
-    checker.snippet(code, console=console, block=block)
+    checker.snippet(code, console=console)
     return checker
 
 
@@ -428,11 +427,11 @@ def check(code: str, *, console: bool = False, block: bool = True) -> Checker:
 
 def shell_snippets():
     cases = [
-        pytest.param(block.code, block.language == "console", True, id=name)
+        pytest.param(block.code, block.language == "console", False, id=name)
         for name, _, block in all_blocks(SHELL)
     ]
     cases += [
-        pytest.param(span.text, False, False, id=name)
+        pytest.param(span.text, False, True, id=name)
         for name, span in all_spans()
         if SHELL_SPAN.match(span.text)
     ]
@@ -442,9 +441,9 @@ def shell_snippets():
 SNIPPETS = shell_snippets()
 
 
-@pytest.mark.parametrize(("code", "console", "block"), SNIPPETS)
-def test_shell_snippet(code, console, block):
-    checker = check(code, console=console, block=block)
+@pytest.mark.parametrize(("code", "console", "inline"), SNIPPETS)
+def test_shell_snippet(code, console, inline):
+    checker = check(code, console=console)
     assert not checker.problems, "\n".join(checker.problems)
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     for command in checker.runs:
@@ -457,7 +456,7 @@ def test_shell_snippets_found():
     ids = [param.id for param in SNIPPETS]
     for prefix in ["README.md:", "benchmarks/README.md:", "docs/install.rst:", "docs/scaling.md:"]:
         assert any(name.startswith(prefix) for name in ids), (prefix, ids)
-    spans = [param.values[0] for param in SNIPPETS if not param.values[2]]
+    spans = [param.values[0] for param in SNIPPETS if param.values[2]]
     assert 'python -c "import skbert"' in spans, spans
     assert any(span.startswith("pip install") for span in spans), spans
 
