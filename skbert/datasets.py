@@ -63,6 +63,13 @@ def _require(path: Path, name: str, source: str, download: bool = False) -> Path
     return path
 
 
+def _loaded(data, target, return_X_y: bool, **extra):
+    """What a loader returns: ``(data, target)``, or a Bunch of them and the ``extra`` fields."""
+    if return_X_y:
+        return data, target
+    return Bunch(data=data, target=target, **extra)
+
+
 def _check_split(split, allowed):
     if split not in allowed:
         raise ValueError(f"split={split!r} is not allowed; use one of {sorted(allowed)}.")
@@ -115,9 +122,7 @@ def load_stsb(split="test", *, data_home=None, return_X_y=False, download_if_mis
     data = np.empty((len(pairs), 2), dtype=object)
     data[:] = pairs
     target = np.asarray(scores, dtype=np.float64)
-    if return_X_y:
-        return data, target
-    return Bunch(data=data, target=target, genre=np.asarray(genres, dtype=object))
+    return _loaded(data, target, return_X_y, genre=np.asarray(genres, dtype=object))
 
 
 def load_sst2(split="train", *, data_home=None, return_X_y=False, download_if_missing=False):
@@ -164,9 +169,7 @@ def load_sst2(split="train", *, data_home=None, return_X_y=False, download_if_mi
             labels.append(int(label))
     data = np.asarray(sentences, dtype=object)
     target = np.asarray(labels, dtype=np.int64)
-    if return_X_y:
-        return data, target
-    return Bunch(data=data, target=target, target_names=np.asarray(["negative", "positive"]))
+    return _loaded(data, target, return_X_y, target_names=np.asarray(["negative", "positive"]))
 
 
 def load_imdb_sample(
@@ -220,9 +223,7 @@ def load_imdb_sample(
             labels.append(row["label"])
     data = np.asarray(texts, dtype=object)
     target = np.asarray(labels, dtype=object)
-    if return_X_y:
-        return data, target
-    return Bunch(data=data, target=target)
+    return _loaded(data, target, return_X_y)
 
 
 def load_trec(
@@ -272,9 +273,7 @@ def load_trec(
             labels.append(label if fine else label.split(":", 1)[0])
     data = np.asarray(questions, dtype=object)
     target = np.asarray(labels, dtype=object)
-    if return_X_y:
-        return data, target
-    return Bunch(data=data, target=target)
+    return _loaded(data, target, return_X_y)
 
 
 def load_snli(split="dev", *, data_home=None, return_X_y=False, download_if_missing=False):
@@ -321,9 +320,7 @@ def load_snli(split="dev", *, data_home=None, return_X_y=False, download_if_miss
     data = np.empty((len(columns[0]), 2), dtype=object)
     data[:, 0], data[:, 1] = columns[0], columns[1]
     target = np.asarray(columns[2], dtype=object)
-    if return_X_y:
-        return data, target
-    return Bunch(data=data, target=target)
+    return _loaded(data, target, return_X_y)
 
 
 def load_demo_sentiment(*, return_X_y=False):
@@ -355,6 +352,4 @@ def load_demo_sentiment(*, return_X_y=False):
     rows = [line.split("\t") for line in text.splitlines()[1:] if line]
     data = np.asarray([sentence for sentence, _ in rows], dtype=object)
     target = np.asarray([int(label) for _, label in rows], dtype=np.int64)
-    if return_X_y:
-        return data, target
-    return Bunch(data=data, target=target, target_names=np.asarray(["negative", "positive"]))
+    return _loaded(data, target, return_X_y, target_names=np.asarray(["negative", "positive"]))

@@ -57,13 +57,16 @@ def cosine_spearman(u, v, scores) -> float:
     return float(spearmanr(paired_cosine(u, v), scores).statistic)
 
 
-def _similarity(estimator, X):
+def _similarity_correlation(correlation, estimator, X, y) -> float:
+    """``correlation`` (scipy's ``spearmanr`` or ``pearsonr``) of ``estimator.similarity(X)``
+    with the gold scores ``y``, as a float."""
     if not hasattr(estimator, "similarity"):
         raise TypeError(
             f"{type(estimator).__name__} has no similarity(); STS scorers take a "
             "BertSentenceTransformer (or an estimator with a similarity method)."
         )
-    return estimator.similarity(X)
+    similarity = estimator.similarity(X)
+    return float(correlation(similarity, np.asarray(y, dtype=np.float64)).statistic)
 
 
 def sts_spearman_scorer(estimator, X, y) -> float:
@@ -98,7 +101,7 @@ def sts_spearman_scorer(estimator, X, y) -> float:
     >>> search = GridSearchCV(BertSentenceTransformer(), {"pooling": ["cls", "mean"]},
     ...                       scoring=sts_spearman_scorer)  # doctest: +SKIP
     """
-    return float(spearmanr(_similarity(estimator, X), np.asarray(y, dtype=np.float64)).statistic)
+    return _similarity_correlation(spearmanr, estimator, X, y)
 
 
 def sts_pearson_scorer(estimator, X, y) -> float:
@@ -124,4 +127,4 @@ def sts_pearson_scorer(estimator, X, y) -> float:
     """
     from scipy.stats import pearsonr
 
-    return float(pearsonr(_similarity(estimator, X), np.asarray(y, dtype=np.float64)).statistic)
+    return _similarity_correlation(pearsonr, estimator, X, y)

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._core.names import (  # the names of the poolings, re-exported here unchanged
+from ._core import names as _names
+from ._core.names import (  # noqa: F401 - the names of the poolings, re-exported unchanged
     CHUNK_POOLINGS,
     FROZEN_POOLINGS,
     TOKEN_POOLINGS,
@@ -19,11 +20,7 @@ from ._core.names import (  # the names of the poolings, re-exported here unchan
 )
 
 __all__ = [
-    "TOKEN_POOLINGS",
-    "CHUNK_POOLINGS",
-    "FROZEN_POOLINGS",
-    "TRAINABLE_POOLINGS",
-    "TRAINABLE_CHUNK_POOLINGS",
+    *_names.__all__,  # their one home is skbert._core.names
     "CLSPooling",
     "MeanPooling",
     "MaxPooling",

@@ -314,15 +314,16 @@ def further_pretrain(
     first, second = check_texts(texts, "texts")  # None, NaN: errors, not "None", "nan"
     texts = first + (second or [])
     seed = shared_seed(int(check_random_state(random_state).randint(2**31 - 1)))
-    device = resolve_device(device)
-    resolve_precision(precision, device)  # a bad value fails before the model loads
-    with torch.random.fork_rng(devices=[]):  # a new masked-LM head's init: seeded too
-        torch.manual_seed(seed)
-        tokenizer, mlm = load_masked_lm(model)
-    dtype = resolve_precision(precision, device, training_flops=training_flops(mlm))
-    limit = getattr(mlm.config, "max_position_embeddings", max_length)
-    features = masked_lm_windows(tokenizer, texts, min(max_length, limit), whole_word_mask)
-    config = TrainingConfig(
+    tokenizer, mlm, features, history = _train_masked_lm_of(
+        model,
+        texts,
+        max_length=max_length,
+        whole_word_mask=whole_word_mask,
+        mlm_probability=mlm_probability,
+        seed=seed,
+        device=device,
+        precision=precision,
+        desc="Masked-LM pre-training",
         max_epochs=max_epochs,
         max_steps=max_steps,
         batch_size=batch_size,
@@ -330,17 +331,6 @@ def further_pretrain(
         weight_decay=weight_decay,
         warmup_fraction=warmup_fraction,
         verbose=verbose,
-        device=device,
-        dtype=dtype,
-    )
-    history = train_masked_lm(
-        mlm,
-        tokenizer,
-        features,
-        config,
-        mlm_probability=mlm_probability,
-        whole_word_mask=whole_word_mask,
-        seed=seed,
     )
     if verbose:
         curve = ", ".join(f"{loss:.3f}" for loss in history.loss_curve)
@@ -414,11 +404,26 @@ def within_task_pretrain(
     max_length : int
         Tokens per window, special tokens included.
     mlm_probability : float, default=0.15
-        Share of the tokens to mask.
-    batch_size, learning_rate, weight_decay, warmup_fraction : see :func:`further_pretrain`
+        Share of the tokens to mask (BERT's 15 %), in (0, 1).
+    batch_size : int, default=32
+        Windows per training step.
+    learning_rate : float, default=5e-5
+        AdamW rate, in (0, 1], with linear warm-up over ``warmup_fraction`` of the steps and
+        linear decay to 0.
+    weight_decay : float, default=0.01
+        AdamW weight decay; never applied to biases and LayerNorm weights.
+    warmup_fraction : float, default=0.1
+        Share of the steps with a linear warm-up of the learning rate.
     seed : int, default=0
-        Seeds the new head, masking, dropout and batch order.
-    device, precision, verbose : see :func:`further_pretrain`
+        Seeds the new head, masking, dropout and batch order; the same seed repeats the run
+        on the CPU.
+    device : str, default="auto"
+        ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``.
+    precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
+        Autocast precision of the training forward pass (``"auto"``: bf16/fp16 on CUDA for
+        models at least as large as BERT-base, fp32 for smaller ones and elsewhere).
+    verbose : int, default=0
+        If > 0, show a progress bar with the running loss (on stderr).
 
     Returns
     -------
@@ -432,37 +437,83 @@ def within_task_pretrain(
         non-empty text.
     RuntimeError
         If the trained encoder's weights do not fit ``backbone``.
+
+    See Also
+    --------
+    further_pretrain : The same training on any texts, saved as a checkpoint directory.
+    skbert.BertTextClassifier : Its ``mlm_steps`` runs this function in ``fit``.
+
+    Examples
+    --------
+    >>> from transformers import AutoModel
+    >>> from skbert.pretraining import within_task_pretrain
+    >>> backbone = AutoModel.from_pretrained("bert-base-uncased")  # doctest: +SKIP
+    >>> losses = within_task_pretrain(backbone, task_texts, model="bert-base-uncased",
+    ...                               max_steps=100, max_length=128)  # doctest: +SKIP
     """
-    with torch.random.fork_rng(devices=[]):  # a new MLM head's init draws from its own seed
-        torch.manual_seed(seed)
-        tokenizer, mlm = load_masked_lm(model)
-    device = resolve_device(device)
-    dtype = resolve_precision(precision, device, training_flops=training_flops(mlm))
-    features = masked_lm_windows(tokenizer, texts, max_length)
-    config = TrainingConfig(
+    _, mlm, _, history = _train_masked_lm_of(
+        model,
+        texts,
+        max_length=max_length,
+        mlm_probability=mlm_probability,
+        seed=seed,
+        device=device,
+        precision=precision,
+        desc="Within-task masked-LM",
         max_steps=max_steps,
         batch_size=batch_size,
         learning_rate=learning_rate,
-        layer_lr_decay=1.0,
-        top_learning_rate=None,
         weight_decay=weight_decay,
         warmup_fraction=warmup_fraction,
-        train_backbone=True,
         verbose=verbose,
-        device=device,
-        dtype=dtype,
-    )
-    history = train_masked_lm(
-        mlm,
-        tokenizer,
-        features,
-        config,
-        mlm_probability=mlm_probability,
-        seed=seed,
-        desc="Within-task masked-LM",
     )
     result = backbone.load_state_dict(mlm.base_model.state_dict(), strict=False)
     left_out = [k for k in result.missing_keys + result.unexpected_keys if "pooler" not in k]
     if left_out:  # cannot happen for one checkpoint; guards against a mismatch
         raise RuntimeError(f"masked-LM weights do not fit the encoder: {left_out[:3]}")
     return history.loss_curve
+
+
+def _train_masked_lm_of(
+    model,
+    texts,
+    *,
+    max_length,
+    mlm_probability,
+    seed,
+    device,
+    precision,
+    desc,
+    whole_word_mask=False,
+    **loop,
+):
+    """Load ``model``'s masked-LM model (a new head drawn from ``seed``, the global RNGs left
+    as they were) and train it on the windows of ``texts``: the part that
+    :func:`further_pretrain` and :func:`within_task_pretrain` share.
+
+    ``max_length`` is capped at the model's positions; ``loop`` holds the
+    :class:`~skbert._training.loop.TrainingConfig` fields of the run (steps or epochs, batch
+    size, rates, warm-up, verbosity). Returns ``(tokenizer, mlm, features, history)``: the
+    trained model, its windows and the
+    :class:`~skbert._training.loop.TrainingHistory`.
+    """
+    device = resolve_device(device)
+    resolve_precision(precision, device)  # a bad value fails before the model loads
+    with torch.random.fork_rng(devices=[]):  # a new masked-LM head's init: seeded too
+        torch.manual_seed(seed)
+        tokenizer, mlm = load_masked_lm(model)
+    dtype = resolve_precision(precision, device, training_flops=training_flops(mlm))
+    limit = getattr(mlm.config, "max_position_embeddings", max_length)
+    features = masked_lm_windows(tokenizer, texts, min(max_length, limit), whole_word_mask)
+    config = TrainingConfig(**loop, device=device, dtype=dtype)
+    history = train_masked_lm(
+        mlm,
+        tokenizer,
+        features,
+        config,
+        mlm_probability=mlm_probability,
+        whole_word_mask=whole_word_mask,
+        seed=seed,
+        desc=desc,
+    )
+    return tokenizer, mlm, features, history

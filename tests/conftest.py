@@ -64,7 +64,7 @@ TEXTS = [
 LONG_TEXT = " ".join(["the cat sat on the mat and the dog was not good ."] * 12)  # ~150 tokens
 
 
-def _write_tokenizer(directory: Path):
+def write_tokenizer(directory: Path):
     import inspect
 
     from transformers import BertTokenizer
@@ -84,13 +84,13 @@ def _write_tokenizer(directory: Path):
     assert ids == [VOCAB.index(w) for w in ("the", "cat", "sat")], ids
 
 
-def _save_tiny(tmp_path_factory, name, model_class, config) -> str:
+def save_tiny(tmp_path_factory, name, model_class, config) -> str:
     import torch
 
     directory = tmp_path_factory.mktemp(name)
     torch.manual_seed(0)
     model_class(config).save_pretrained(directory)
-    _write_tokenizer(directory)
+    write_tokenizer(directory)
     return str(directory)
 
 
@@ -109,7 +109,7 @@ def tiny_bert(tmp_path_factory) -> str:
     """Directory of a random 2-layer BERT (hidden 16, 64 positions) with a WordPiece vocab."""
     from transformers import BertConfig, BertModel
 
-    return _save_tiny(tmp_path_factory, "tiny-bert", BertModel, BertConfig(**SMALL))
+    return save_tiny(tmp_path_factory, "tiny-bert", BertModel, BertConfig(**SMALL))
 
 
 @pytest.fixture(scope="session")
@@ -118,7 +118,7 @@ def tiny_albert(tmp_path_factory) -> str:
     from transformers import AlbertConfig, AlbertModel
 
     config = AlbertConfig(**SMALL, embedding_size=8, pad_token_id=0)
-    return _save_tiny(tmp_path_factory, "tiny-albert", AlbertModel, config)
+    return save_tiny(tmp_path_factory, "tiny-albert", AlbertModel, config)
 
 
 @pytest.fixture(scope="session", params=["bert", "albert"])

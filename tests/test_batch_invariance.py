@@ -107,7 +107,7 @@ def test_tiny_models_alone_equal_together(tiny_model):
 
 def test_an_error_during_prediction_restores_the_thread_count(tiny_bert, monkeypatch):
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
-    network = est._inference_network(torch.device("cpu"), None)
+    network = est.fitted_network()  # what a float32 prediction on the CPU runs
     threads = torch.get_num_threads()
 
     def broken(*args, **kwargs):
@@ -125,12 +125,13 @@ def test_accelerator_path_run_on_the_cpu_gives_the_same_rows(tiny_bert):
     order. Pinned memory and asynchronous copies only apply on CUDA and are not run here."""
     from skbert._inference.accelerator import run_on_accelerator
     from skbert._inference.cpu.runner import run_on_cpu
-    from skbert._inference.predict import _NoBar
-    from skbert._text.encoding import row_blocks
+    from skbert._inference.predict import NoBar
+    from skbert._text.encoding import encode_texts, row_blocks
 
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
-    network = est._inference_network(torch.device("cpu"), None)
-    encoded = est._encode(sentences(70, seed=6, longest=20))
+    network = est.fitted_network()  # what a float32 prediction on the CPU runs
+    texts = sentences(70, seed=6, longest=20)
+    encoded = encode_texts(est.tokenizer_, est.special_tokens_, texts, readout=est.readout_)
     rows = [row for text_rows in encoded.rows for row in text_rows]
     blocks = list(row_blocks([len(ids) for ids, _ in rows], 32))
     assert len(blocks) > 5 and any(n < len(p) for p, n in blocks)
@@ -138,9 +139,9 @@ def test_accelerator_path_run_on_the_cpu_gives_the_same_rows(tiny_bert):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        on_cpu = run_on_cpu(network, rows, blocks, _NoBar(), 2, 32, False)
+        on_cpu = run_on_cpu(network, rows, blocks, NoBar(), 2, 32, False)
         with torch.inference_mode():
-            other = run_on_accelerator(network.encode_rows, rows, blocks, _NoBar(), cpu)
+            other = run_on_accelerator(network.encode_rows, rows, blocks, NoBar(), cpu)
     finally:
         torch.set_num_threads(threads)
     assert other.shape == on_cpu.shape == (len(rows), network.output_dim)

@@ -13,6 +13,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 from skbert import BertTextClassifier
+from skbert._nn.backbone import load_backbone
 
 POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
 NEG = ["terrible film , hate it", "a very bad movie", "bad dog", "hate the mat", "not good"]
@@ -117,9 +118,7 @@ def test_layers(tiny_bert, layer, combine):
 
 def test_fine_tune_head_keeps_the_encoder_frozen(tiny_model):
     clf = make(tiny_model, max_epochs=1, fine_tune="top")
-    before = {
-        k: v.clone() for k, v in make(tiny_model)._build_encoder().backbone.state_dict().items()
-    }  # noqa: E501
+    before = {k: v.clone() for k, v in load_backbone(tiny_model)[1].state_dict().items()}
     clf.fit(X, Y)
     after = clf.network_.backbone.state_dict()
     assert all(np.array_equal(before[k].numpy(), after[k].numpy()) for k in before)

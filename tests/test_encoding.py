@@ -110,15 +110,15 @@ TRICKY = [
 def test_fast_path_tokenizes_as_the_tokenizer_does(packaged_model, data_home):
     from transformers import AutoTokenizer
 
-    from skbert._text.encoding import _plain_backend, _tokenize
+    from skbert._text.encoding import plain_backend, token_ids
     from skbert.datasets import load_sst2
 
     tokenizer = AutoTokenizer.from_pretrained(packaged_model)
-    assert _plain_backend(tokenizer) is not None  # the fast path is the one tested
+    assert plain_backend(tokenizer) is not None  # the fast path is the one tested
     texts = [str(t) for t in load_sst2("dev", data_home=data_home, return_X_y=True)[0]]
     texts += TRICKY
     expected = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    assert _tokenize(tokenizer, texts, block=100) == expected
+    assert token_ids(tokenizer, texts, block=100) == expected
 
 
 @pytest.mark.parametrize("setting", ["false", "0", "OFF"])
@@ -133,13 +133,13 @@ def test_blocks_are_tokenized_in_threads_when_the_tokenizer_runs_serially(
     import torch
     from transformers import AutoTokenizer
 
-    import skbert._text.encoding as _encoding
+    import skbert._text.encoding as encoding
     from skbert.datasets import load_sst2
 
     tokenizer = AutoTokenizer.from_pretrained(packaged_model)
     texts = [str(t) for t in load_sst2("dev", data_home=data_home, return_X_y=True)[0]]
     expected = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    backend = _encoding._plain_backend(tokenizer)
+    backend = encoding.plain_backend(tokenizer)
     callers = []
 
     class Spy:
@@ -147,18 +147,18 @@ def test_blocks_are_tokenized_in_threads_when_the_tokenizer_runs_serially(
             callers.append(threading.current_thread().name)
             return backend.encode_batch_fast(part, **kwargs)
 
-    monkeypatch.setattr(_encoding, "_plain_backend", lambda tokenizer: Spy())
+    monkeypatch.setattr(encoding, "plain_backend", lambda tokenizer: Spy())
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
-        assert _encoding._tokenizing_threads() == 1
-        assert _encoding._tokenize(tokenizer, texts, block=50) == expected
+        assert encoding.tokenizing_threads() == 1
+        assert encoding.token_ids(tokenizer, texts, block=50) == expected
         assert set(callers) == {threading.current_thread().name}
         callers.clear()
         monkeypatch.setenv("TOKENIZERS_PARALLELISM", setting)
-        assert _encoding._tokenizing_threads() == 2
-        assert _encoding._tokenize(tokenizer, texts, block=50) == expected
+        assert encoding.tokenizing_threads() == 2
+        assert encoding.token_ids(tokenizer, texts, block=50) == expected
         assert all(name.startswith("skbert-tokenize") for name in callers)
         assert len(callers) == -(-len(texts) // 50)
     finally:
@@ -168,14 +168,14 @@ def test_blocks_are_tokenized_in_threads_when_the_tokenizer_runs_serially(
 def test_a_truncation_set_on_the_backend_does_not_apply(tiny_bert):
     from transformers import AutoTokenizer
 
-    from skbert._text.encoding import _plain_backend, _tokenize
+    from skbert._text.encoding import plain_backend, token_ids
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     tokenizer.backend_tokenizer.enable_truncation(3)  # as a tokenizer.json may set
-    assert _plain_backend(tokenizer) is not None
+    assert plain_backend(tokenizer) is not None
     texts = ["the cat sat on the mat and the dog", "good film"]
-    assert [len(ids) for ids in _tokenize(tokenizer, texts)] == [9, 2]
-    assert _tokenize(tokenizer, texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert [len(ids) for ids in token_ids(tokenizer, texts)] == [9, 2]
+    assert token_ids(tokenizer, texts) == tokenizer(texts, add_special_tokens=False)["input_ids"]
     assert tokenizer.backend_tokenizer.truncation is None  # turned off by that call
 
 

@@ -19,9 +19,8 @@ from sklearn.pipeline import make_pipeline
 from skbert import BertSentenceTransformer
 from skbert._estimator.prediction_cache import prediction_cache
 from skbert._nn.readout import Readout
-from skbert._storage import feature_cache as _feature_cache
-from skbert._storage import shards as _shards
 from skbert._storage.feature_cache import (
+    FORMAT_VERSION,
     FeatureCacheError,
     FeatureCacheWarning,
     FeatureStore,
@@ -31,6 +30,7 @@ from skbert._storage.feature_cache import (
     select,
     text_digests,
 )
+from skbert._storage.shards import file_digest
 
 LABELLED = np.array(TEXTS * 3, dtype=object)
 LABELS = np.array([0, 1] * 12)
@@ -485,8 +485,12 @@ def test_store_never_unpickles_a_shard(tmp_path):
 
 def test_store_hashes_each_shard_once_per_process(tmp_path, monkeypatch):
     hashed = []
-    digest = _shards._file_digest
-    monkeypatch.setattr(_shards, "_file_digest", lambda p: hashed.append(p) or digest(p))
+
+    def counted(path):
+        hashed.append(path)
+        return file_digest(path)
+
+    monkeypatch.setattr("skbert._storage.shards.file_digest", counted)
     digests = text_digests(STORE_TEXTS)
     features = stored_features(len(digests))
     writer = FeatureStore(tmp_path)
@@ -509,7 +513,7 @@ def test_store_writes_keys_last(tmp_path, monkeypatch):
     FeatureStore(tmp_path).write(text_digests(STORE_TEXTS), stored_features(len(STORE_TEXTS)))
     assert [n.split(".", 1)[1] for n in renamed] == ["vals.npy", "sum.json", "keys.npy"]
     record = json.loads(next(tmp_path.glob("*.sum.json")).read_text())
-    assert record["format"] == _feature_cache.FORMAT_VERSION == 2
+    assert record["format"] == FORMAT_VERSION == 2
     assert record["rows"] == len(STORE_TEXTS) and record["row_shape"] == [3, 3, 4]
 
 

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-import skbert._storage.fetch as _fetch
+from skbert._storage.fetch import SOURCES
 from skbert.datasets import load_imdb_sample, load_snli, load_sst2, load_stsb, load_trec
 
 STS_ROW = "main-captions\tMSRvid\t2012test\t0001\t{score}\tA plane is taking off.\tAn air plane is taking off.\n"  # noqa: E501
@@ -93,7 +93,8 @@ def sources(tmp_path, monkeypatch):
         "imdb-sample": (serve("imdb.tgz", imdb), None, "IMDb"),
         "snli-senteval": (serve("snli.zip", zipped.getvalue()), None, "SNLI"),
     }
-    monkeypatch.setattr(_fetch, "SOURCES", patched)
+    for name, source in patched.items():
+        monkeypatch.setitem(SOURCES, name, source)
     return tmp_path / "home"
 
 
@@ -119,10 +120,10 @@ def test_every_loader_fetches_when_missing(sources):
 def test_missing_files_without_download_and_bad_checksum(sources, monkeypatch):
     with pytest.raises(FileNotFoundError, match="download_if_missing=True"):
         load_stsb(data_home=sources)
-    url, _, name = _fetch.SOURCES["stsb"]
-    monkeypatch.setitem(_fetch.SOURCES, "stsb", (url, "0" * 32, name))
+    url, _, name = SOURCES["stsb"]
+    monkeypatch.setitem(SOURCES, "stsb", (url, "0" * 32, name))
     with pytest.raises(OSError, match="checksum mismatch"):
         load_stsb(data_home=sources, download_if_missing=True)
-    monkeypatch.setitem(_fetch.SOURCES, "trec", ({"TREC_10.label": url + ".gone"}, None, "T"))
+    monkeypatch.setitem(SOURCES, "trec", ({"TREC_10.label": url + ".gone"}, None, "T"))
     with pytest.raises(OSError, match="Could not download T .* put its files in"):
         load_trec("test", data_home=sources, download_if_missing=True)

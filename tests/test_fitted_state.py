@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import itertools
 import pickle
 import warnings
 import weakref
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import TEXTS
+from sklearn.base import clone
 
 from skbert import BertSentenceTransformer, BertTextClassifier
 from skbert._estimator.deferred import DeferredNetwork
@@ -210,22 +212,33 @@ def test_warned_once_per_estimator_and_device_survives_a_fit(tiny_bert):
 
 
 def test_fit_resets_every_fitted_attribute(tiny_bert, tmp_path):
-    """``_start_fit`` forgets all that a fit set, private attributes included; a refit in
-    another mode holds what a first fit in that mode holds."""
-    deferred = BertSentenceTransformer(tiny_bert, device="cpu", memory=tmp_path).fit(TEXTS)
-    trained = BertSentenceTransformer(tiny_bert, device="cpu", fine_tune="full", **TRAIN)
-    trained.fit(PAIRS, LABELS)
+    """A fit forgets all that the previous fit set, private attributes included, and empties
+    the prediction caches: a refit in another mode holds exactly what a first fit in that mode
+    holds."""
+    modes = {  # mode -> (estimator, fit arguments)
+        "deferred": (BertSentenceTransformer(tiny_bert, device="cpu", memory=tmp_path), (TEXTS,)),
+        "trained": (
+            BertSentenceTransformer(tiny_bert, device="cpu", fine_tune="full", **TRAIN),
+            (PAIRS, LABELS),
+        ),
+        "frozen": (BertSentenceTransformer(tiny_bert, device="cpu"), (TEXTS,)),
+    }
+    fresh = {mode: sorted(vars(est.fit(*args))) for mode, (est, args) in modes.items()}
+    assert len({tuple(keys) for keys in fresh.values()}) == 3  # each mode learns other things
+    for before, after in itertools.permutations(modes, 2):
+        est = clone(modes[before][0]).fit(*modes[before][1])
+        est.transform(TEXTS)  # a deferred fit loads its encoder into the prediction cache
+        est.set_params(**modes[after][0].get_params(deep=False)).fit(*modes[after][1])
+        assert sorted(vars(est)) == fresh[after], (before, after)
+        assert prediction_cache(est).network is None, (before, after)
+        assert prediction_cache(est).low_precision is None, (before, after)
     classifier = BertTextClassifier(tiny_bert, device="cpu", **TRAIN).fit(TEXTS, LABELS)
-    for est in (deferred, trained, classifier):
-        est.transform(TEXTS) if hasattr(est, "transform") else est.predict(TEXTS)
-        est._start_fit(keep_learned=False)
-        assert sorted(vars(est)) == sorted(est.get_params(deep=False)), type(est).__name__
-        assert prediction_cache(est).network is None
-        assert prediction_cache(est).low_precision is None
-    est = BertSentenceTransformer(tiny_bert, device="cpu", memory=tmp_path).fit(TEXTS)
-    est.set_params(memory=None).fit(TEXTS)
-    fresh = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
-    assert sorted(vars(est)) == sorted(vars(fresh))  # no deferred_network_, no fingerprint
+    learned = sorted(vars(classifier))
+    classifier.predict(TEXTS)
+    classifier.set_params(precision="bf16").predict(TEXTS)  # a bf16 copy, in the cache
+    classifier.set_params(precision="auto").fit(TEXTS, LABELS)
+    assert sorted(vars(classifier)) == learned
+    assert prediction_cache(classifier).low_precision is None
 
 
 def test_the_prediction_cache_is_no_part_of_the_estimator(tiny_bert, tmp_path):

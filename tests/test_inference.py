@@ -14,9 +14,9 @@ import torch
 
 from skbert import BertSentenceTransformer
 from skbert._inference.composition import combine_texts, encoder_of, pool_chunks, row_readers
-from skbert._inference.cpu.runner import _block_groups, run_on_cpu
+from skbert._inference.cpu.runner import block_groups, run_on_cpu
 from skbert._inference.ordered import in_order
-from skbert._inference.predict import _NoBar
+from skbert._inference.predict import NoBar
 from skbert._nn.network import SentenceEncoder, TaskNetwork
 from skbert._text.encoding import row_blocks
 
@@ -99,7 +99,7 @@ def test_row_readers_and_the_cpu_runner_read_the_encoders_rows(tiny_model):
     try:
         torch.set_num_threads(1)
         for all_layers in (False, True):
-            got = run_on_cpu(task, rows, blocks, _NoBar(), 2, 16, all_layers)
+            got = run_on_cpu(task, rows, blocks, NoBar(), 2, 16, all_layers)
             encode, _ = row_readers(task, all_layers)
             with torch.inference_mode():
                 for r, (ids, types) in enumerate(rows):
@@ -114,15 +114,15 @@ def test_block_groups_are_whole_balanced_and_a_multiple_of_the_workers():
     lengths = [3, 4, 5, 9, 10, 11, 20, 21, 22, 60]
     blocks = [(np.arange(n), n) for n in real]
     tokens = {id(b): n * length for b, n, length in zip(blocks, real, lengths, strict=True)}
-    groups = _block_groups(blocks, lengths, 2, 100)  # 402 tokens: 5 groups of 100 -> 6
+    groups = block_groups(blocks, lengths, 2, 100)  # 402 tokens: 5 groups of 100 -> 6
     assert [b for g in groups for b in g] == blocks  # every block once, in order
     assert len(groups) == 6
     sizes = [sum(tokens[id(b)] for b in g) for g in groups]
     assert max(sizes) <= 100 and min(sizes) >= 40, sizes  # about 402 / 6 each
-    assert _block_groups(blocks[:1], lengths[:1], 2, 100) == [blocks[:1]]
-    assert _block_groups([], [], 2, 100) == []
-    assert len(_block_groups(blocks, lengths, 2, 10**6)) == 2
-    assert len(_block_groups(blocks[:3], lengths[:3], 4, 10)) == 3  # fewer blocks than asked
+    assert block_groups(blocks[:1], lengths[:1], 2, 100) == [blocks[:1]]
+    assert block_groups([], [], 2, 100) == []
+    assert len(block_groups(blocks, lengths, 2, 10**6)) == 2
+    assert len(block_groups(blocks[:3], lengths[:3], 4, 10)) == 3  # fewer blocks than asked
 
 
 def test_in_order_keeps_order_bounds_work_ahead_and_cancels_when_closed():

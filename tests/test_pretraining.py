@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import LONG_TEXT, TEXTS, _write_tokenizer
+from conftest import LONG_TEXT, TEXTS, write_tokenizer
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.frozen import FrozenEstimator
@@ -14,6 +14,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.utils._param_validation import InvalidParameterError
 
 from skbert import BertSentenceTransformer, BertTextClassifier
+from skbert._nn.backbone import load_backbone
 from skbert.pretraining import further_pretrain, load_masked_lm, mask_batch, masked_lm_windows
 
 REPEATED = ["the cat sat on the mat and the dog sat on the cat"] * 48
@@ -300,7 +301,7 @@ def test_errors(tiny_bert, tmp_path):
 
     gpt = tmp_path / "gpt2"
     GPT2Model(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=31)).save_pretrained(gpt)
-    _write_tokenizer(gpt)
+    write_tokenizer(gpt)
     with pytest.raises(ValueError, match="'gpt2' model, which has no masked-LM head"):
         further_pretrain(["a text"], tmp_path / "out", model=str(gpt))
     with pytest.raises(ValueError, match="needs non-empty texts"):
@@ -316,7 +317,7 @@ def test_errors(tiny_bert, tmp_path):
 
 
 def test_within_task_pretraining_changes_the_encoder(tiny_model):
-    original = BertTextClassifier(tiny_model)._build_encoder().backbone.state_dict()
+    original = load_backbone(tiny_model)[1].state_dict()  # what fit starts from
     # fine_tune="top" leaves the encoder as the masked-LM steps made it
     plain = BertTextClassifier(tiny_model, fine_tune="top", **FAST).fit(X, Y)
     itpt = BertTextClassifier(tiny_model, fine_tune="top", mlm_steps=6, **FAST).fit(X, Y)
@@ -394,7 +395,7 @@ def test_fast_masked_lm_loss_equals_the_models_own(tiny_model):
     torch.manual_seed(0)
     batch = mask_batch(masked_lm_windows(tokenizer, TEXTS + REPEATED[:4], 32), tokenizer)
     network = MaskedLMNetwork(mlm).eval()
-    assert network._head() is not None  # BERT's `cls`, ALBERT's `predictions`
+    assert network.single_head() is not None  # BERT's `cls`, ALBERT's `predictions`
     with torch.inference_mode():
         expected = mlm(**batch).loss
         fast = network(**dict(batch))

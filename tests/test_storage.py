@@ -18,7 +18,7 @@ import pytest
 from conftest import TEXTS
 
 from skbert import BertSentenceTransformer
-from skbert._storage import shards as _shards
+from skbert._storage import shards
 from skbert._storage.feature_cache import FeatureCacheWarning, FeatureStore, text_digests
 from skbert._storage.files import atomic_write, replace_folder, replaceable
 
@@ -168,8 +168,8 @@ def test_a_shard_touched_but_unchanged_is_served_after_a_second_check(tmp_path, 
     features = np.random.default_rng(0).normal(size=(len(TEXTS), 3, 3, 4)).astype(np.float32)
     FeatureStore(tmp_path).write(digests, features)
     hashed = []
-    digest = _shards._file_digest
-    monkeypatch.setattr(_shards, "_file_digest", lambda p: hashed.append(p.name) or digest(p))
+    digest = shards.file_digest
+    monkeypatch.setattr(shards, "file_digest", lambda p: hashed.append(p.name) or digest(p))
     store = FeatureStore(tmp_path)
     np.testing.assert_array_equal(store.read(digests)[0], features)
     np.testing.assert_array_equal(store.read(digests)[0], features)
@@ -184,9 +184,9 @@ def test_a_shard_touched_but_unchanged_is_served_after_a_second_check(tmp_path, 
 def test_a_shard_changed_between_the_check_and_the_read_is_not_served(tmp_path):
     digests = text_digests(TEXTS)
     features = np.random.default_rng(1).normal(size=(len(TEXTS), 3, 3, 4)).astype(np.float32)
-    store = FeatureStore(tmp_path)
-    store.write(digests, features)
-    [shard] = store._shards.values()
+    FeatureStore(tmp_path).write(digests, features)
+    values = values_file(tmp_path)
+    _, shard = shards.verify(values.parent, values.name[: -len(".vals.npy")])  # what a read checks
     rows = np.arange(len(TEXTS))
     np.testing.assert_array_equal(shard.read(rows), features)
     os.truncate(values_file(tmp_path), values_file(tmp_path).stat().st_size // 2)
@@ -194,7 +194,7 @@ def test_a_shard_changed_between_the_check_and_the_read_is_not_served(tmp_path):
     # a read that comes up short (the file ended early) says so rather than serving zeros
     with open(values_file(tmp_path), "rb", buffering=0) as handle:
         size = os.fstat(handle.fileno()).st_size
-        assert not _shards._read_spans(handle, np.array([0]), size + 1, np.empty(size + 1, "u1"))
+        assert not shards.read_spans(handle, np.array([0]), size + 1, np.empty(size + 1, "u1"))
 
 
 def test_a_cache_folder_deleted_while_the_process_runs_is_made_again(tiny_bert, uncached, tmp_path):

@@ -12,7 +12,7 @@ from transformers import AutoModel
 
 from skbert import BertSentenceTransformer
 from skbert._inference.cpu.products import ENV_VARIABLE, Blas, OneDnn, products_for_this_cpu
-from skbert._inference.cpu.tiled_layers import _PLANS, tiled_forward
+from skbert._inference.cpu.tiled_layers import _PLANS, tiled_forward  # _PLANS: see below
 from skbert._text.encoding import distinct_rows
 
 KINDS = [
@@ -28,7 +28,9 @@ KINDS = [
 
 @pytest.fixture(params=KINDS)
 def products(request, monkeypatch):
-    """Each kind of matrix products in turn (plans built afresh)."""
+    """Each kind of matrix products in turn (plans built afresh). The plan cache is private:
+    what it holds (a plan per backbone, built once) is what these tests check, and no public
+    call shows it."""
     monkeypatch.setenv(ENV_VARIABLE, request.param)
     _PLANS.clear()
     yield request.param
@@ -186,9 +188,11 @@ def test_distinct_rows_tells_shared_rows_apart_by_identity():
 
 
 def test_repeated_texts_are_encoded_and_computed_once_with_the_same_bits(tiny_bert, monkeypatch):
+    from skbert._text.encoding import encode_texts
+
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
     X = ["a cat", "the dog runs", "a cat", "a  cat", "the dog runs", "one more"]
-    encoded = est._encode(X)
+    encoded = encode_texts(est.tokenizer_, est.special_tokens_, X, readout=est.readout_)
     assert encoded.rows[0] is encoded.rows[2] and encoded.rows[1] is encoded.rows[4]
     assert encoded.rows[3] is not encoded.rows[0]  # another text, even if it tokenizes alike
     seen = []

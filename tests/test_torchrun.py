@@ -37,11 +37,11 @@ TIMEOUT_S = 420
 @pytest.fixture(scope="module")
 def still_bert(tmp_path_factory):
     """The tiny BERT without dropout: a run's only randomness is then the data order."""
-    from conftest import _save_tiny
+    from conftest import save_tiny
     from transformers import BertConfig, BertModel
 
     config = BertConfig(**SMALL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return _save_tiny(tmp_path_factory, "still-bert", BertModel, config)
+    return save_tiny(tmp_path_factory, "still-bert", BertModel, config)
 
 
 def _loopback_namespace() -> list:

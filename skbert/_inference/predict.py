@@ -40,6 +40,7 @@ from .cpu.runner import one_thread_per_block, run_on_cpu
 from .tuning import CPU_ROW_BLOCK_SCALE, block_tokens
 
 __all__ = [
+    "NoBar",
     "low_precision_copy",
     "predict_rows",
 ]
@@ -129,7 +130,7 @@ def predict_rows(
     blocks = list(row_blocks([len(ids) for ids, _ in distinct], rows_budget))
     chunked = len(rows) > len(encoded)
     bar = progress(None, desc=desc, unit="block", verbose=verbose, total=len(blocks))
-    bar = _NoBar() if bar is None else bar
+    bar = NoBar() if bar is None else bar
     with one_thread_per_block(device) as cores, contextlib.closing(bar):
         if device.type == "cpu":
             out = run_on_cpu(network, distinct, blocks, bar, cores, budget, all_layers)
@@ -150,7 +151,7 @@ def predict_rows(
             return texts.float().cpu().numpy()
 
 
-class _NoBar:
+class NoBar:
     """What ``verbose=0`` shows: nothing."""
 
     def update(self, n=1):

@@ -266,7 +266,7 @@ class MaskedLMNetwork(nn.Module):
     def backbone(self):
         return self.model.base_model
 
-    def _head(self):
+    def single_head(self):
         """The model's masked-LM head when it is one module on the encoder output, else None.
 
         True of BERT (``cls``), ALBERT (``predictions``), RoBERTa (``lm_head``) and most
@@ -287,7 +287,7 @@ class MaskedLMNetwork(nn.Module):
         (about 15 % of them) when the head is one module; the loss is the same as the model's
         own (mean cross-entropy over the masked tokens).
         """
-        head = self._head()
+        head = self.single_head()
         if head is None:
             return self.model(**inputs).loss
         labels = inputs.pop("labels")

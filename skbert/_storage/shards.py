@@ -44,7 +44,16 @@ import numpy as np
 
 from .files import atomic_write
 
-__all__ = ["BadShard", "Shard", "FORMAT_VERSION", "delete", "verify", "write"]
+__all__ = [
+    "BadShard",
+    "Shard",
+    "FORMAT_VERSION",
+    "delete",
+    "file_digest",
+    "read_spans",
+    "verify",
+    "write",
+]
 
 #: version of the on-disk layout, part of every key (2: shards carry a checksum file)
 FORMAT_VERSION = 2
@@ -67,7 +76,7 @@ class BadShard(Exception):
     """Why a shard cannot be served (caught inside the store)."""
 
 
-def _file_digest(path) -> str:
+def file_digest(path) -> str:
     """BLAKE2b of a file's bytes, as hex (read in 1 MiB chunks)."""
     digest = hashlib.blake2b()
     buffer = bytearray(_HASH_CHUNK)
@@ -133,7 +142,7 @@ def _check_header(path: Path, dtype: np.dtype, shape: tuple, size: int) -> int:
     return offset
 
 
-def _read_spans(handle, starts: np.ndarray, span: int, destination: np.ndarray) -> bool:
+def read_spans(handle, starts: np.ndarray, span: int, destination: np.ndarray) -> bool:
     """Read ``span`` bytes at each offset of ``starts`` (ascending) into consecutive spans of
     the flat byte array ``destination``, one read per run of adjacent spans. False when the
     file ends early (it was truncated)."""
@@ -237,13 +246,13 @@ class Shard:
             if _identity(os.fstat(handle.fileno())) != identity:
                 return None
             if pick is None:
-                whole = _read_spans(handle, starts, span, out.reshape(-1).view(np.uint8))
+                whole = read_spans(handle, starts, span, out.reshape(-1).view(np.uint8))
             else:
                 whole, step = True, max(1, _READ_BYTES // span)
                 for begin in range(0, len(rows), step):
                     chunk = starts[begin : begin + step]
                     scratch = np.empty((len(chunk), high - low, hidden), dtype=VALUE_DTYPE)
-                    whole = _read_spans(handle, chunk, span, scratch.reshape(-1).view(np.uint8))
+                    whole = read_spans(handle, chunk, span, scratch.reshape(-1).view(np.uint8))
                     if not whole:
                         break
                     out[begin : begin + len(chunk)] = scratch[:, pick]
@@ -297,7 +306,7 @@ def verify(directory: Path, name: str, row_shape=None) -> tuple:
         for suffix in (KEYS, VALUES)
     }
     for suffix in (KEYS, VALUES):
-        if _file_digest(paths[suffix]) != record["blake2b"][suffix]:
+        if file_digest(paths[suffix]) != record["blake2b"][suffix]:
             raise BadShard(f"{paths[suffix].name} does not match its checksum")
     keys = np.load(paths[KEYS], allow_pickle=False)
     if any(_identity(os.stat(paths[s])) != before[s] for s in (VALUES, KEYS)):

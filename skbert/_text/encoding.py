@@ -28,9 +28,12 @@ __all__ = [
     "pad_batch",
     "pad_features",
     "pad_rows",
+    "plain_backend",
     "row_blocks",
     "stack_rows",
     "text_windows",
+    "token_ids",
+    "tokenizing_threads",
 ]
 
 
@@ -53,7 +56,7 @@ class Encoded:
         return Encoded([self.rows[i] for i in indices], 0)
 
 
-def _tokenize(tokenizer, texts, block=4096):
+def token_ids(tokenizer, texts, block=4096):
     """Token ids of ``texts``, without special tokens.
 
     A fast tokenizer's Rust backend is called directly (``encode_batch_fast``: the ids without
@@ -66,7 +69,7 @@ def _tokenize(tokenizer, texts, block=4096):
     has (the backend releases the GIL; 67,349 SST-2 sentences on 2 cores: 1.6 s in one
     thread, 0.9-1.1 s in two).
     """
-    backend = _plain_backend(tokenizer)
+    backend = plain_backend(tokenizer)
     parts = [texts[start : start + block] for start in range(0, len(texts), block)]
     if backend is None:
         return [
@@ -84,7 +87,7 @@ def _tokenize(tokenizer, texts, block=4096):
     def ids_of(part):
         return [e.ids for e in backend.encode_batch_fast(part, add_special_tokens=False)]
 
-    threads = min(len(parts), _tokenizing_threads())
+    threads = min(len(parts), tokenizing_threads())
     if threads <= 1:
         return [ids for part in parts for ids in ids_of(part)]
     with concurrent.futures.ThreadPoolExecutor(threads, "skbert-tokenize") as pool:
@@ -96,7 +99,7 @@ def _tokenize(tokenizer, texts, block=4096):
 _PARALLELISM_OFF = frozenset({"", "off", "false", "f", "no", "n", "0"})
 
 
-def _tokenizing_threads() -> int:
+def tokenizing_threads() -> int:
     """Threads for tokenizing blocks: 1 when the Rust tokenizer parallelizes itself (the
     default), else torch's thread count (the cores prediction uses)."""
     setting = os.environ.get("TOKENIZERS_PARALLELISM")
@@ -105,7 +108,7 @@ def _tokenizing_threads() -> int:
     return max(1, torch.get_num_threads())
 
 
-def _plain_backend(tokenizer):
+def plain_backend(tokenizer):
     """A copy of the Rust tokenizer behind a fast ``tokenizer``, with no truncation or padding:
     what ``tokenizer(texts, add_special_tokens=False)`` runs. None for a slow tokenizer.
 
@@ -205,7 +208,7 @@ def _encode(tokenizer, specials, first, second, readout) -> Encoded:
 def _encode_each(tokenizer, specials, first, second, readout):
     """Rows of every text (or pair), and whether each was longer than ``max_length``."""
     max_length, strategy = readout.max_length, readout.truncation
-    ids_first = _tokenize(tokenizer, first)
+    ids_first = token_ids(tokenizer, first)
     rows, truncated = [], []
     if second is None:
         budget = max_length - specials.n_single
@@ -218,7 +221,7 @@ def _encode_each(tokenizer, specials, first, second, readout):
                 kept = truncate(ids, budget, strategy, readout.head_length)
                 rows.append([specials.build(kept)])
         return rows, truncated
-    ids_second = _tokenize(tokenizer, second)
+    ids_second = token_ids(tokenizer, second)
     budget = max_length - specials.n_pair
     for a, b in zip(ids_first, ids_second, strict=True):
         truncated.append(len(a) + len(b) > budget)

@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from conftest import LONG_TEXT, SMALL, TEXTS, _write_tokenizer  # noqa: E402
+from conftest import LONG_TEXT, SMALL, TEXTS, write_tokenizer  # noqa: E402
 
 LABELS = [0, 1, 0, 1, 1, 0, 1, 1]
 PAIRS = [[TEXTS[i], TEXTS[(i + 3) % len(TEXTS)]] for i in range(len(TEXTS))]
@@ -57,7 +57,7 @@ def build_tiny(directory: Path, kind: str) -> str:
         BertModel(BertConfig(**SMALL)).save_pretrained(path)
     else:
         AlbertModel(AlbertConfig(**SMALL, embedding_size=8, pad_token_id=0)).save_pretrained(path)
-    _write_tokenizer(path)
+    write_tokenizer(path)
     return str(path)
 
 

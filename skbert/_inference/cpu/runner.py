@@ -20,7 +20,7 @@ from ..ordered import in_order
 from ..tuning import GROUP_TILES
 from .tiled_layers import tiled_forward
 
-__all__ = ["one_thread_per_block", "run_on_cpu"]
+__all__ = ["block_groups", "one_thread_per_block", "run_on_cpu"]
 
 
 @contextlib.contextmanager
@@ -68,7 +68,7 @@ def run_on_cpu(network, rows, blocks, bar, cores, tile, all_layers) -> torch.Ten
     encode, read = row_readers(network, all_layers)
     workers = max(1, min(cores, len(blocks)))
     lengths = [len(rows[positions[0]][0]) for positions, _ in blocks]
-    groups = _block_groups(blocks, lengths, workers, GROUP_TILES * tile)
+    groups = block_groups(blocks, lengths, workers, GROUP_TILES * tile)
 
     def work(group):
         torch.set_num_threads(1)  # per thread for OpenMP and MKL; restored by the caller
@@ -105,7 +105,7 @@ def _tiled_outputs(encoder, blocks, tile: int, all_layers: bool):
     return tiled_forward(encoder.backbone, blocks, every, tile)
 
 
-def _block_groups(blocks, lengths, workers: int, group_tokens: int) -> list:
+def block_groups(blocks, lengths, workers: int, group_tokens: int) -> list:
     """``blocks`` in consecutive groups of about equal real tokens, each at most about
     ``group_tokens`` (but whole blocks), as many as a multiple of ``workers`` (so that the
     cores finish together) unless there are fewer blocks. How blocks are grouped changes no

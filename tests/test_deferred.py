@@ -1,0 +1,47 @@
+"""The encoder that a ``memory=`` fit left unloaded (skbert._estimator.deferred.DeferredNetwork):
+it loads the network ``fit`` would have built, and refuses a model folder changed since."""
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from conftest import TEXTS
+
+from skbert import BertSentenceTransformer
+from skbert._estimator.deferred import DeferredNetwork
+from skbert._storage.fingerprint import directory_fingerprint
+
+
+@pytest.fixture
+def model_copy(tiny_bert, tmp_path):
+    """A copy of the tiny BERT's folder, free to be changed."""
+    return str(shutil.copytree(tiny_bert, tmp_path / "model"))
+
+
+def test_load_builds_the_network_fit_would_have_built(model_copy, tmp_path):
+    est = BertSentenceTransformer(model_copy, device="cpu", memory=tmp_path / "cache").fit(TEXTS)
+    deferred = est.deferred_network_
+    assert deferred.fingerprint == directory_fingerprint(model_copy)
+    network = deferred.load()
+    assert not network.training and network.readout == est.readout_
+    loaded = BertSentenceTransformer(model_copy, device="cpu").fit(TEXTS)
+    expected = loaded.network_.state_dict()
+    assert network.state_dict().keys() == expected.keys()
+    assert all(torch.equal(network.state_dict()[k], expected[k]) for k in expected)
+    assert np.array_equal(est.transform(TEXTS), loaded.transform(TEXTS))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        deferred.folder = "elsewhere"  # what fit saw stays as it saw it
+
+
+def test_a_folder_changed_after_fit_is_refused(model_copy, tmp_path):
+    est = BertSentenceTransformer(model_copy, device="cpu", memory=tmp_path / "cache").fit(TEXTS)
+    config = f"{model_copy}/config.json"
+    with open(config, "a", encoding="utf-8") as handle:
+        handle.write("\n")  # the same model, other bytes
+    with pytest.raises(RuntimeError, match="changed after fit .* Fit again to use the new model"):
+        est.deferred_network_.load()
+    stale = DeferredNetwork(model_copy, "0" * 40, est.readout_)
+    with pytest.raises(RuntimeError, match="fit saw 000000000000"):
+        stale.load()
