@@ -10,11 +10,13 @@ from ._estimator.persistence.folder import load
 from .classifier import BertTextClassifier
 from .exceptions import TrainingDivergedError
 from .optim import layerwise_param_groups
+from .regressor import BertTextRegressor
 from .sentence import BertSentenceTransformer
 
 __all__ = [
     "BertSentenceTransformer",
     "BertTextClassifier",
+    "BertTextRegressor",
     "layerwise_param_groups",
     "load",
     "TrainingDivergedError",

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-from numbers import Integral, Real
-
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin, _fit_context
-from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import LabelEncoder
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.validation import check_is_fitted
 
-from ._core.deprecations import fine_tune_constraint
-from ._estimator.base import BertEstimatorBase
+from ._estimator.supervised import SupervisedEstimator
 from ._estimator.targets import check_class_labels, check_validation_split
-from ._estimator.training_settings import resolve_training_settings
-from ._estimator.validation import check_texts
-from ._inference.predict import low_precision_copy, predict_rows
 from ._nn.backbone import DEFAULT_MODEL
-from ._nn.network import TaskNetwork
-from ._training.loop import length_grouped_batches, train
 from .pretraining import within_task_pretrain
 
 __all__ = ["BertTextClassifier"]
@@ -35,7 +25,7 @@ def _n_right(predicted, truth) -> int:
     return int((predicted == truth).sum())
 
 
-class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
+class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
     """Fine-tune a BERT-family encoder for text classification, with Sun et al.'s knobs.
 
     Sun et al. (2019) found what matters when fine-tuning BERT for classification: how long
@@ -225,16 +215,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
     """
 
     _parameter_constraints: dict = {
-        **BertEstimatorBase._parameter_constraints,
-        **BertEstimatorBase._training_constraints,
-        "fine_tune": [fine_tune_constraint({"full", "top"})],
-        "dropout": [Interval(Real, 0, 1, closed="left")],
-        "early_stopping": ["boolean"],
-        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
-        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        **SupervisedEstimator._parameter_constraints,
         "class_weight": [dict, StrOptions({"balanced"}), None],
-        "mlm_steps": [Interval(Integral, 0, None, closed="left")],
-        "mlm_probability": [Interval(Real, 0, 1, closed="neither")],
     }
 
     def __init__(
@@ -311,43 +293,8 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ fit
-    def _targets(self, y, multilabel, continuing):
-        """Encode y for the loss; sets ``classes_`` (or checks it with warm_start)."""
-        if multilabel:
-            classes = np.arange(y.shape[1])
-            encoded = y
-        else:
-            encoder = LabelEncoder().fit(y)
-            classes = encoder.classes_
-        if continuing:
-            same = len(classes) == len(self.classes_) and np.all(classes == self.classes_)
-            if multilabel != self.multilabel_ or not same:
-                raise ValueError(
-                    f"warm_start=True but y's labels {list(classes)} differ from the fitted "
-                    f"classes_ {list(self.classes_)}; fit with warm_start=False to start anew."
-                )
-        if not multilabel:
-            encoded = np.searchsorted(classes, y).astype(np.int64)
-        self.classes_ = classes
-        self.multilabel_ = multilabel
-        return encoded
-
-    def _continuing(self) -> bool:
-        return self.warm_start and "network_" in vars(self)
-
-    def _loss_weights(self, y_encoded, multilabel):
-        if multilabel or self.class_weight is None:
-            return None
-        present = np.arange(len(self.classes_))
-        if self.class_weight == "balanced":
-            return compute_class_weight("balanced", classes=present, y=y_encoded)
-        unknown = set(self.class_weight) - set(self.classes_.tolist())
-        if unknown:
-            raise ValueError(
-                f"class_weight has labels {sorted(unknown, key=str)} that are not in y; "
-                f"classes are {list(self.classes_)}."
-            )
-        return np.array([self.class_weight.get(c, 1.0) for c in self.classes_.tolist()])
+    _kind = "classifier"
+    _within_task_pretrain = staticmethod(within_task_pretrain)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
@@ -379,67 +326,63 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
             self._fit(X, y)
         return self
 
-    def _fit(self, X, y):
-        first, second = check_texts(X)
+    def _check_targets(self, y, n_samples):
         y, multilabel = check_class_labels(
-            y, len(first), allow_multilabel=True, estimator="BertTextClassifier"
+            y, n_samples, allow_multilabel=True, estimator="BertTextClassifier"
         )
         if self.early_stopping:
             check_validation_split(y, self.validation_fraction, multilabel=multilabel)
-        continuing = self._continuing()
-        if continuing and self.pairs_ != (second is not None):
-            raise ValueError(
-                f"warm_start=True but the classifier was fitted on {self._input_kind(self.pairs_)}"
-                f" and X holds {self._input_kind(second is not None)}; fit with "
-                "warm_start=False to start anew."
-            )
-        settings = resolve_training_settings(self.get_params(deep=False))
-        self._start_fit(keep_learned=continuing)
-        targets = self._targets(y, multilabel, continuing)
-        self.pairs_ = second is not None
-        checkpoint = self._checkpoint(first, second, targets, classes=list(self.classes_))
-        seed = self._fit_seed(checkpoint)
+        return y
 
-        if continuing:
-            network = self._warm_start_network()
-            network.dropout.p = self.dropout
-        else:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                encoder = self._build_encoder()
-                self.mlm_loss_curve_ = None
-                if self.mlm_steps:  # under its own forked RNGs: the output layer's init is unmoved
-                    self.mlm_loss_curve_ = within_task_pretrain(
-                        encoder.backbone,
-                        list(first) + (list(second) if second is not None else []),
-                        model=self.model,
-                        max_steps=self.mlm_steps,
-                        max_length=self.max_length_,
-                        mlm_probability=self.mlm_probability,
-                        batch_size=self.batch_size,
-                        learning_rate=self.learning_rate,
-                        weight_decay=self.weight_decay,
-                        warmup_fraction=self.warmup_fraction,
-                        seed=seed,
-                        device=self.device,
-                        precision=self.precision,
-                        verbose=self.verbose,
-                    )
-                network = TaskNetwork(encoder, n_outputs=len(self.classes_), dropout=self.dropout)
-        train_idx, val_idx = np.arange(len(first)), None
-        if self.early_stopping:
-            train_idx, val_idx = train_test_split(
-                train_idx,
-                test_size=self.validation_fraction,
-                stratify=None if multilabel else targets,
-                random_state=seed,
-            )
-        device, dtype = self._device_and_dtype(trained=network)
-        encoded = self._encode(first, second)
-        lengths = [sum(len(r[0]) for r in rows) for rows in encoded.rows]
-        target_tensor = torch.as_tensor(targets)
-        weights = self._loss_weights(targets, multilabel)
+    def _learn_targets(self, y, continuing):
+        """Encode y for the loss; sets ``classes_`` (or checks it with warm_start)."""
+        multilabel = y.ndim == 2
         if multilabel:
+            classes = np.arange(y.shape[1])
+            encoded = y
+        else:
+            encoder = LabelEncoder().fit(y)
+            classes = encoder.classes_
+        if continuing:
+            same = len(classes) == len(self.classes_) and np.all(classes == self.classes_)
+            if multilabel != self.multilabel_ or not same:
+                raise ValueError(
+                    f"warm_start=True but y's labels {list(classes)} differ from the fitted "
+                    f"classes_ {list(self.classes_)}; fit with warm_start=False to start anew."
+                )
+        if not multilabel:
+            encoded = np.searchsorted(classes, y).astype(np.int64)
+        self.classes_ = classes
+        self.multilabel_ = multilabel
+        return encoded
+
+    def _checkpoint_task(self):
+        return {"classes": list(self.classes_)}
+
+    def _n_outputs(self):
+        return len(self.classes_)
+
+    def _stratify(self, targets):
+        return None if self.multilabel_ else targets
+
+    def _loss_weights(self, y_encoded, multilabel):
+        if multilabel or self.class_weight is None:
+            return None
+        present = np.arange(len(self.classes_))
+        if self.class_weight == "balanced":
+            return compute_class_weight("balanced", classes=present, y=y_encoded)
+        unknown = set(self.class_weight) - set(self.classes_.tolist())
+        if unknown:
+            raise ValueError(
+                f"class_weight has labels {sorted(unknown, key=str)} that are not in y; "
+                f"classes are {list(self.classes_)}."
+            )
+        return np.array([self.class_weight.get(c, 1.0) for c in self.classes_.tolist()])
+
+    def _training_loss(self, targets, device):
+        target_tensor = torch.as_tensor(targets)
+        weights = self._loss_weights(targets, self.multilabel_)
+        if self.multilabel_:
             criterion = torch.nn.BCEWithLogitsLoss()
         else:
             criterion = torch.nn.CrossEntropyLoss(
@@ -447,63 +390,16 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
             )
         criterion.to(device)
 
-        def make_batches(rng):
-            return length_grouped_batches([lengths[i] for i in train_idx], self.batch_size, rng)
-
-        def loss_fn(network, batch):
-            indices = train_idx[batch]
-            logits = network(**self._batch_tensors(encoded, indices, device))
-            loss = criterion(logits.float(), target_tensor[indices].to(device))
+        def loss(logits, indices):
+            value = criterion(logits.float(), target_tensor[indices].to(device))
             if weights is None:
-                return loss
-            return loss, float(weights[targets[indices]].sum())  # the weighted mean's divisor
+                return value
+            return value, float(weights[targets[indices]].sum())  # the weighted mean's divisor
 
-        validate = None
-        if val_idx is not None:
-            held_out = {}  # this process's held-out rows, encoded once for all epochs
+        return loss
 
-            def validate(network, share):
-                # predict()'s own path: a validation score is score() on the held-out texts
-                rows = val_idx[share.rows(len(val_idx))]
-                if len(rows) == 0:
-                    return 0, 0
-                if share not in held_out:
-                    held_out[share] = encoded.subset(rows)
-                logits = predict_rows(
-                    low_precision_copy(network, device, dtype),
-                    held_out[share],
-                    device=device,
-                )
-                return _n_right(self._decide(logits), targets[rows]), len(rows)
-
-        config = settings.loop_config(
-            device,
-            dtype,
-            self.verbose,
-            early_stopping=self.early_stopping,
-            n_iter_no_change=self.n_iter_no_change,
-        )
-        history = train(
-            network,
-            loss_fn,
-            make_batches,
-            config,
-            validate=validate,
-            seed=seed,
-            desc="Fine-tuning",
-            checkpoint=checkpoint,
-        )
-        self.network_ = network
-        self.loss_curve_ = history.loss_curve
-        self.validation_scores_ = history.validation_scores if self.early_stopping else None
-        self.best_validation_score_ = (
-            max(history.validation_scores) if history.validation_scores else None
-        )
-        self.n_iter_ = history.n_iter
-
-    @staticmethod
-    def _input_kind(pairs: bool) -> str:
-        return "sentence pairs (2 columns)" if pairs else "single texts"
+    def _held_out_score(self, logits, rows, y, targets):
+        return _n_right(self._decide(logits), targets[rows]), len(rows)
 
     # ------------------------------------------------------------------ predict
     def _decide(self, logits):
@@ -511,18 +407,6 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         if self.multilabel_:
             return (logits > 0).astype(np.int64)
         return logits.argmax(axis=1)
-
-    def _logits(self, X):
-        check_is_fitted(self)
-        first, second = check_texts(X)
-        pairs = self.pairs_
-        if pairs != (second is not None):
-            raise ValueError(
-                f"X holds {self._input_kind(second is not None)}, but this classifier was "
-                f"fitted on {self._input_kind(pairs)}; its output layer reads the encoding of "
-                "that kind of input only."
-            )
-        return self._forward_all(first, second, desc="Predicting")
 
     def decision_function(self, X):
         """Compute the logits of the output layer.
@@ -538,7 +422,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
             For two classes, the positive logit minus the negative one; else one logit per
             class (or per label for multi-label).
         """
-        logits = self._logits(X)
+        logits = self._network_outputs(X)
         if not self.multilabel_ and logits.shape[1] == 2:
             return logits[:, 1] - logits[:, 0]
         return logits
@@ -556,7 +440,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         ndarray of shape (n_samples, n_classes) or (n_samples, n_labels)
             Probabilities, in float64; columns follow ``classes_``.
         """
-        logits = self._logits(X).astype(np.float64)
+        logits = self._network_outputs(X).astype(np.float64)
         if self.multilabel_:
             return 1.0 / (1.0 + np.exp(-logits))
         logits -= logits.max(axis=1, keepdims=True)
@@ -576,7 +460,7 @@ class BertTextClassifier(ClassifierMixin, BertEstimatorBase):
         ndarray of shape (n_samples,) or (n_samples, n_labels)
             Labels from ``classes_``, or a 0/1 matrix for multi-label.
         """
-        decided = self._decide(self._logits(X))
+        decided = self._decide(self._network_outputs(X))
         return decided if self.multilabel_ else self.classes_[decided]
 
     def __sklearn_tags__(self):

@@ -1,4 +1,5 @@
-"""Embed or classify a corpus held in a Dask collection, partition by partition on the workers.
+"""Embed, classify or score a corpus held in a Dask collection, partition by partition on the
+workers.
 
 Needs the ``dask`` extra (``pip install "skbert[dask]"``: dask's dataframe and its
 distributed scheduler); skbert itself imports without it.
@@ -41,6 +42,7 @@ try:
     import dask
     import dask.dataframe as dd
     import pandas as pd
+    from sklearn.base import is_regressor
 except ImportError as error:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         f"skbert.dask needs Dask's dataframe: pip install 'skbert[dask]' (import failed: {error})"
@@ -80,9 +82,10 @@ def predict(estimator, texts, *, threads: int | None = None):
     Parameters
     ----------
     estimator : fitted estimator
-        A classifier that takes texts (a :class:`~skbert.BertTextClassifier`, or a pipeline
-        ending in one or in a scikit-learn classifier), with ``predict`` and ``classes_``.
-        A multilabel classifier's predictions are 2-D: use :func:`predict_proba` instead.
+        A classifier or a regressor that takes texts: a :class:`~skbert.BertTextClassifier`
+        (``predict`` and ``classes_``), a :class:`~skbert.BertTextRegressor`, or a pipeline
+        ending in one or in a scikit-learn classifier or regressor. A multilabel classifier's
+        predictions are 2-D: use :func:`predict_proba` instead.
     texts : dask.dataframe.Series or dask.dataframe.DataFrame
         One text per row, or two columns of sentence pairs (first, second).
     threads : int, optional
@@ -90,8 +93,11 @@ def predict(estimator, texts, *, threads: int | None = None):
 
     Returns
     -------
-    dask.dataframe.Series
-        The predicted label of each text, named ``"prediction"``, with the input's index.
+    dask.dataframe.Series or dask.dataframe.DataFrame
+        The predicted label (or, for a regressor, the float64 value) of each text, named
+        ``"prediction"``, with the input's index; for a multi-output
+        :class:`~skbert.BertTextRegressor` (fitted on a 2-D y), a DataFrame of one float64
+        column per output, named ``"0"``, ``"1"``, ...
     """
     return _map(estimator, texts, "predict", threads)
 
@@ -135,7 +141,8 @@ def _map(estimator, texts, method, threads):
     meta = _meta(estimator, method)
     shipped = _shipped(estimator)
     columns = list(meta.columns) if meta.ndim == 2 else None
-    return texts.map_partitions(_run_partition, shipped, method, threads, columns, meta=meta)
+    dtype = meta.dtypes.iloc[0] if meta.ndim == 2 else meta.dtype
+    return texts.map_partitions(_run_partition, shipped, method, threads, columns, dtype, meta=meta)
 
 
 def _shipped(estimator):
@@ -155,26 +162,34 @@ def _meta(estimator, method):
     if method == "transform":
         names = [str(n) for n in estimator.get_feature_names_out()]
         return pd.DataFrame({n: pd.Series(dtype=np.float32) for n in names})
+    if method == "predict" and is_regressor(estimator):
+        final = estimator.steps[-1][1] if hasattr(estimator, "steps") else estimator
+        if getattr(final, "multioutput_", False):  # a BertTextRegressor fitted on a 2-D y
+            return pd.DataFrame(
+                {str(i): pd.Series(dtype=np.float64) for i in range(final.n_outputs_)}
+            )
+        return pd.Series(np.empty(0, dtype=np.float64), name="prediction")
     classes = np.asarray(estimator.classes_)
     if method == "predict":
         return pd.Series(np.empty(0, dtype=classes.dtype), name="prediction")
     return pd.DataFrame({str(c): pd.Series(dtype=np.float32) for c in classes})
 
 
-def _run_partition(part, estimator, method, threads, columns):
-    """One partition's output, as a pandas object with the partition's index."""
+def _run_partition(part, estimator, method, threads, columns, dtype):
+    """One partition's output, as a pandas object with the partition's index (columns of
+    ``dtype``)."""
     if isinstance(part, pd.DataFrame):
         X = list(zip(part.iloc[:, 0].tolist(), part.iloc[:, 1].tolist(), strict=True))
     else:
         X = part.tolist()
     if not X:
-        result = np.empty((0, len(columns)) if columns is not None else 0, dtype=np.float32)
+        result = np.empty((0, len(columns)) if columns is not None else 0, dtype=dtype)
     else:
         with _torch_threads(threads):
             result = getattr(estimator, method)(X)
     if columns is None:
         return pd.Series(np.asarray(result), index=part.index, name="prediction")
-    return pd.DataFrame(np.asarray(result, dtype=np.float32), index=part.index, columns=columns)
+    return pd.DataFrame(np.asarray(result, dtype=dtype), index=part.index, columns=columns)
 
 
 @contextlib.contextmanager

@@ -1,11 +1,27 @@
-"""Scoring sentence embeddings on semantic textual similarity (STS)."""
+"""Scoring semantic textual similarity (STS): the cosine of sentence embeddings, or a model's
+predicted scores.
+
+Two families of scorers for ``GridSearchCV(scoring=...)`` and ``cross_val_score``, one
+correlation each: ``sts_spearman_scorer`` / ``sts_pearson_scorer`` correlate the cosine of a
+bi-encoder's vectors (``estimator.similarity(X)``, :class:`~skbert.BertSentenceTransformer`)
+with the gold scores; ``spearman_scorer`` / ``pearson_scorer`` correlate a regressor's
+predictions (``estimator.predict(X)``: a cross-encoder, :class:`~skbert.BertTextRegressor`
+on sentence pairs, or any regressor) with them.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.stats import spearmanr
 
-__all__ = ["paired_cosine", "cosine_spearman", "sts_spearman_scorer", "sts_pearson_scorer"]
+__all__ = [
+    "paired_cosine",
+    "cosine_spearman",
+    "sts_spearman_scorer",
+    "sts_pearson_scorer",
+    "spearman_scorer",
+    "pearson_scorer",
+]
 
 
 def paired_cosine(u, v) -> np.ndarray:
@@ -63,7 +79,9 @@ def _similarity_correlation(correlation, estimator, X, y) -> float:
     if not hasattr(estimator, "similarity"):
         raise TypeError(
             f"{type(estimator).__name__} has no similarity(); STS scorers take a "
-            "BertSentenceTransformer (or an estimator with a similarity method)."
+            "BertSentenceTransformer (or an estimator with a similarity method). For the "
+            "predictions of a regressor (a BertTextRegressor cross-encoder), use "
+            "spearman_scorer or pearson_scorer."
         )
     similarity = estimator.similarity(X)
     return float(correlation(similarity, np.asarray(y, dtype=np.float64)).statistic)
@@ -128,3 +146,86 @@ def sts_pearson_scorer(estimator, X, y) -> float:
     from scipy.stats import pearsonr
 
     return _similarity_correlation(pearsonr, estimator, X, y)
+
+
+def _correlation(measure, estimator, X, y) -> float:
+    """``measure`` (Spearman's or Pearson's) of ``estimator.predict(X)`` with ``y``; for
+    several outputs, the mean over the outputs (as ``r2_score`` averages)."""
+    predicted = np.asarray(estimator.predict(X), dtype=np.float64)
+    gold = np.asarray(y, dtype=np.float64)
+    if predicted.shape != gold.shape:
+        raise ValueError(
+            f"y has shape {gold.shape} and the predictions {predicted.shape}; they must match."
+        )
+    if predicted.ndim == 1:
+        return float(measure(predicted, gold).statistic)
+    columns = range(predicted.shape[1])
+    return float(np.mean([measure(predicted[:, j], gold[:, j]).statistic for j in columns]))
+
+
+def spearman_scorer(estimator, X, y) -> float:
+    """Score predictions by their Spearman rank correlation with the gold values.
+
+    A scorer for ``GridSearchCV(scoring=...)`` and ``cross_val_score``: the Spearman
+    correlation of ``estimator.predict(X)`` with ``y``, the STS measure for a cross-encoder
+    (:class:`~skbert.BertTextRegressor` on sentence pairs); for several outputs, the mean of
+    the outputs' correlations.
+
+    Parameters
+    ----------
+    estimator : regressor
+        A fitted estimator with a ``predict`` method (a :class:`~skbert.BertTextRegressor`,
+        a pipeline, any scikit-learn regressor).
+    X : array-like
+        What ``estimator.predict`` takes (sentence pairs for a cross-encoder).
+    y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        The gold values, in the shape of the predictions.
+
+    Returns
+    -------
+    float
+        The Spearman correlation, between -1 and 1 (higher is better); NaN for constant
+        predictions.
+
+    See Also
+    --------
+    pearson_scorer : The same with the Pearson correlation.
+    sts_spearman_scorer : The Spearman correlation of a bi-encoder's cosine.
+
+    Examples
+    --------
+    >>> from sklearn.model_selection import GridSearchCV
+    >>> from skbert import BertTextRegressor
+    >>> from skbert.metrics import spearman_scorer
+    >>> search = GridSearchCV(BertTextRegressor(), {"pooling": ["cls", "mean"]},
+    ...                       scoring=spearman_scorer)  # doctest: +SKIP
+    """
+    return _correlation(spearmanr, estimator, X, y)
+
+
+def pearson_scorer(estimator, X, y) -> float:
+    """Score predictions by their Pearson correlation with the gold values.
+
+    Like :func:`spearman_scorer`, with Pearson's linear correlation in place of Spearman's
+    rank correlation.
+
+    Parameters
+    ----------
+    estimator, X, y : regressor, its input and gold values
+        As for :func:`spearman_scorer`: a fitted estimator with a ``predict`` method, what
+        it takes and the gold values in the shape of its predictions.
+
+    Returns
+    -------
+    float
+        The Pearson correlation, between -1 and 1 (higher is better); NaN for constant
+        predictions.
+
+    See Also
+    --------
+    spearman_scorer : The same with the Spearman rank correlation, the usual STS measure.
+    sts_pearson_scorer : The Pearson correlation of a bi-encoder's cosine.
+    """
+    from scipy.stats import pearsonr
+
+    return _correlation(pearsonr, estimator, X, y)

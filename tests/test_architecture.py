@@ -22,6 +22,7 @@ LAYERS = [
     (
         "skbert",
         "skbert.classifier",
+        "skbert.regressor",
         "skbert.sentence",
         "skbert.pretraining",
         "skbert.dask",

@@ -131,6 +131,27 @@ def test_corpus_predictions_and_pairs(client, tiny_bert):
     np.testing.assert_array_equal(got, est.transform(list(zip(pairs.a, pairs.b, strict=True))))
 
 
+def test_regressor_predictions(client, tiny_bert):
+    from skbert import BertTextRegressor
+    from skbert.dask import predict
+
+    scores = np.linspace(0.0, 5.0, len(TEXTS))
+    train = {"max_epochs": 1, "batch_size": 8, "random_state": 0, "device": "cpu"}
+    reg = BertTextRegressor(tiny_bert, **train).fit(TEXTS, scores)
+    index = pd.RangeIndex(7, 7 + len(TEXTS))
+    got = predict(reg, dd.from_pandas(pd.Series(TEXTS, index=index), npartitions=3)).compute()
+    assert got.name == "prediction" and got.dtype == np.float64 and got.index.equals(index)
+    np.testing.assert_array_equal(got.to_numpy(), reg.predict(TEXTS))
+    multi = BertTextRegressor(tiny_bert, **train).fit(TEXTS, np.c_[scores, -scores])
+    pairs = pd.DataFrame({"a": TEXTS[:20], "b": TEXTS[20:40]})
+    reg_pairs = BertTextRegressor(tiny_bert, **train).fit(pairs.to_numpy(), scores[:20])
+    frame = predict(multi, dd.from_pandas(pd.Series(TEXTS), npartitions=2)).compute()
+    assert list(frame.columns) == ["0", "1"] and frame.dtypes.unique().tolist() == [np.float64]
+    np.testing.assert_array_equal(frame.to_numpy(), multi.predict(TEXTS))
+    got = predict(reg_pairs, dd.from_pandas(pairs, npartitions=2)).compute().to_numpy()
+    np.testing.assert_array_equal(got, reg_pairs.predict(pairs.to_numpy()))
+
+
 def test_skbert_imports_without_dask():
     code = (
         "import sys\n"

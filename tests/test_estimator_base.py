@@ -30,6 +30,7 @@ REGISTERED = [registry.estimator_class(name) for name in registry.registered_nam
 FITS = {
     "BertSentenceTransformer": ({"fine_tune": "full", **TRAIN}, ("transform",)),
     "BertTextClassifier": (TRAIN, ("predict_proba", "decision_function")),
+    "BertTextRegressor": (TRAIN, ("predict",)),
 }
 
 

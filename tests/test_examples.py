@@ -92,6 +92,21 @@ def test_itpt_comparison_runs(tiny_bert, data_home, capsys):
     assert change == pytest.approx(expected, abs=0.05)
 
 
+@pytest.mark.shared_data
+def test_stsb_cross_encoder_example_runs(tiny_bert, data_home, capsys):
+    example = load_example("stsb_cross_encoder")
+    results = example.main(
+        ["--model", tiny_bert, "--data-home", str(data_home), "--n-train", "32", "--n-test", "40"]
+    )
+    assert list(results) == list(example.PUBLISHED)
+    assert all(math.isfinite(v) and -100 <= v <= 100 for v in results.values()), results
+    out = capsys.readouterr().out
+    assert "STS-B test (40 pairs), Spearman x100; fine-tuned on 32 training pairs" in out
+    for name, value in results.items():  # the table shows what main returned
+        row = re.search(rf"^{re.escape(name)}\s+(\S+)\s", out, re.MULTILINE)
+        assert row and float(row.group(1)) == pytest.approx(value, abs=0.005), name
+
+
 def test_torchrun_example_runs_in_one_process(tiny_bert, capsys):
     example = load_example("fine_tune_torchrun")
     result = example.main(["--model", tiny_bert, "--limit", "40", "--max-epochs", "1"])

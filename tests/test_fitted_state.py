@@ -1,6 +1,6 @@
 """Fitted state is complete after fit, and predicting changes no attribute of an estimator.
 
-For both estimators in every mode (frozen, ``memory=`` with the encoder's loading deferred,
+For every estimator in every mode (frozen, ``memory=`` with the encoder's loading deferred,
 fine-tuned ``"top"`` and ``"full"``, ``precision="bf16"``, the CPU fall-back of a
 ``device="cuda"`` model), ``vars(est)`` holds the same keys and the same objects before and
 after every prediction method, the fitted networks' weights are untouched, and the outputs
@@ -23,7 +23,7 @@ import torch
 from conftest import TEXTS
 from sklearn.base import clone
 
-from skbert import BertSentenceTransformer, BertTextClassifier
+from skbert import BertSentenceTransformer, BertTextClassifier, BertTextRegressor
 from skbert._estimator.deferred import DeferredNetwork
 from skbert._estimator.prediction_cache import prediction_cache
 
@@ -65,6 +65,15 @@ CLASSIFIER_MODES = {
     "pairs": ({}, PAIRS, False),
     "bf16": ({"precision": "bf16"}, TEXTS, False),
     "cuda-fallback": ({}, TEXTS, True),
+}
+
+
+#: mode -> (parameters, X, y, CPU fall-back)
+REGRESSOR_MODES = {
+    "full": ({}, TEXTS, SCORES, False),
+    "top-pairs-multi-output": ({"fine_tune": "top"}, PAIRS, np.c_[SCORES, -SCORES], False),
+    "bf16": ({"precision": "bf16"}, TEXTS, SCORES, False),
+    "cuda-fallback": ({}, TEXTS, SCORES, True),
 }
 
 
@@ -197,6 +206,21 @@ def test_classifier_predictions_change_no_attribute(tiny_model, mode):
         assert prediction_cache(clf).low_precision[2] is low
 
 
+@pytest.mark.parametrize("mode", list(REGRESSOR_MODES))
+def test_regressor_predictions_change_no_attribute(tiny_model, mode):
+    params, X, y, fallback = REGRESSOR_MODES[mode]
+    if fallback and torch.cuda.is_available():
+        pytest.skip("simulates a GPU-fitted model on a machine without CUDA; this one has CUDA")
+    reg = BertTextRegressor(tiny_model, device="cpu", **TRAIN, **params).fit(X, y)
+    if fallback:
+        reg.set_params(device="cuda")
+
+    def calls(est) -> dict:
+        return {"predict": lambda: est.predict(X), "score": lambda: est.score(X, y)}
+
+    assert_predicting_changes_nothing(reg, calls, fallback)
+
+
 @needs_no_cuda
 def test_warned_once_per_estimator_and_device_survives_a_fit(tiny_bert):
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
@@ -239,6 +263,13 @@ def test_fit_resets_every_fitted_attribute(tiny_bert, tmp_path):
     classifier.set_params(precision="auto").fit(TEXTS, LABELS)
     assert sorted(vars(classifier)) == learned
     assert prediction_cache(classifier).low_precision is None
+    regressor = BertTextRegressor(tiny_bert, device="cpu", mlm_steps=1, **TRAIN)
+    learned = sorted(vars(regressor.fit(TEXTS, SCORES)))
+    regressor.predict(TEXTS)
+    regressor.set_params(precision="bf16").predict(TEXTS)
+    regressor.set_params(precision="auto").fit(TEXTS, SCORES)
+    assert sorted(vars(regressor)) == learned
+    assert prediction_cache(regressor).low_precision is None
 
 
 def test_the_prediction_cache_is_no_part_of_the_estimator(tiny_bert, tmp_path):

@@ -22,7 +22,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.frozen import FrozenEstimator
 
 import skbert
-from skbert import BertSentenceTransformer, BertTextClassifier
+from skbert import BertSentenceTransformer, BertTextClassifier, BertTextRegressor
 from skbert._estimator.persistence.codec import SaveReader, SaveWriter
 
 PAIRS = np.array([[a, b] for a, b in zip(TEXTS, TEXTS[::-1], strict=True)], dtype=object)
@@ -119,6 +119,8 @@ def round_trips(est, tmp_path, pickled=True):
 def outputs(est, X) -> list:
     if isinstance(est, BertTextClassifier):
         return [est.predict_proba(X), est.decision_function(X), est.predict(X)]
+    if isinstance(est, BertTextRegressor):
+        return [est.predict(X)]
     return [est.transform(X)]
 
 
@@ -191,6 +193,26 @@ def test_classifier_round_trip(tiny_model, tmp_path, case):
         for est in (clf, loaded):
             est.set_params(warm_start=True).fit(X, y)
         assert np.array_equal(loaded.predict_proba(X), clf.predict_proba(X))
+
+
+REGRESSOR_CASES = {
+    "single-texts": ({"loss": "huber"}, TEXTS, SCORES),
+    "multi-output-pairs": ({"fine_tune": "top"}, PAIRS, np.c_[SCORES, SCORES**2]),
+    "one-column-cnn": ({"pooling": "cnn", "cnn_channels": 4}, TEXTS, SCORES[:, None]),
+}
+
+
+@pytest.mark.parametrize("case", list(REGRESSOR_CASES))
+def test_regressor_round_trip(tiny_model, tmp_path, case):
+    params, X, y = REGRESSOR_CASES[case]
+    reg = BertTextRegressor(tiny_model, **TRAIN, **params).fit(X, y)
+    assert_round_trip(reg, tmp_path, X)
+    loaded = skbert.load(tmp_path / "saved")
+    assert loaded.predict(X).shape == np.shape(y)
+    assert loaded.target_mean_.dtype == np.float64 and loaded.multioutput_ == (np.ndim(y) == 2)
+    for est in (reg, loaded):  # the loaded model continues training exactly as the original
+        est.set_params(warm_start=True).fit(X, y)
+    assert np.array_equal(loaded.predict(X), reg.predict(X))
 
 
 def test_round_trip_of_special_parameters(tiny_bert, tmp_path):
@@ -502,8 +524,13 @@ def registry(monkeypatch):
 
 
 def test_skbert_estimators_are_registered_by_import(registry):
-    assert registry.registered_names() == ("BertSentenceTransformer", "BertTextClassifier")
+    assert registry.registered_names() == (
+        "BertSentenceTransformer",
+        "BertTextClassifier",
+        "BertTextRegressor",
+    )
     assert registry.estimator_class("BertTextClassifier") is BertTextClassifier
+    assert registry.estimator_class("BertTextRegressor") is BertTextRegressor
     assert registry.estimator_class("BertSentenceTransformer") is BertSentenceTransformer
 
 
@@ -520,7 +547,7 @@ def test_a_subclass_defined_at_runtime_registers_and_round_trips(registry, tiny_
     registry._CLASSES.pop("MyClassifier")
     with pytest.raises(ValueError, match=r"class='MyClassifier' is not an estimator skbert") as e:
         skbert.load(tmp_path / "mine")
-    assert "allowed: BertSentenceTransformer, BertTextClassifier" in str(e.value)
+    assert "allowed: BertSentenceTransformer, BertTextClassifier, BertTextRegressor" in str(e.value)
     assert str(tmp_path / "mine") in str(e.value)
 
 

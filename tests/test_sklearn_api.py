@@ -8,9 +8,9 @@ Pipeline, GridSearchCV).
 import pytest
 from sklearn.utils import estimator_checks as checks
 
-from skbert import BertSentenceTransformer, BertTextClassifier
+from skbert import BertSentenceTransformer, BertTextClassifier, BertTextRegressor
 
-ESTIMATORS = [BertSentenceTransformer(), BertTextClassifier()]
+ESTIMATORS = [BertSentenceTransformer(), BertTextClassifier(), BertTextRegressor()]
 
 API_CHECKS = [
     checks.check_no_attributes_set_in_init,
@@ -43,3 +43,9 @@ def test_tags_declare_text_input(estimator):
 def test_html_repr_for_notebooks():
     html = BertSentenceTransformer(pooling="cls")._repr_html_()
     assert "BertSentenceTransformer" in html and "cls" in html
+
+
+def test_regressor_tags():
+    tags = BertTextRegressor().__sklearn_tags__()
+    assert tags.estimator_type == "regressor"
+    assert tags.target_tags.multi_output and tags.target_tags.single_output

@@ -127,7 +127,7 @@ def runs(still_bert, tmp_path_factory):
     }
 
 
-FITS = ("classifier", "sentence", "pretrained")
+FITS = ("classifier", "sentence", "regressor", "pretrained")
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="lists threads from /proc")
@@ -165,7 +165,7 @@ def test_two_ranks_train_as_one_process_with_the_same_global_batch(runs, still_b
 
 def test_loss_curves_and_validation_are_the_global_ones(runs):
     single, (first, second) = runs["single"], runs["ranks"]
-    for key in ("classifier_loss", "warm_start_loss", "sentence_loss"):
+    for key in ("classifier_loss", "warm_start_loss", "sentence_loss", "regressor_loss"):
         assert first[key] == second[key]
         np.testing.assert_allclose(first[key], single[key], rtol=1e-5)
     assert len(first["classifier_loss"]) == 3
@@ -173,6 +173,11 @@ def test_loss_curves_and_validation_are_the_global_ones(runs):
     assert first["resumed_same"] and second["resumed_same"]  # from rank 0's checkpoint
     np.testing.assert_allclose(first["proba"], single["proba"], atol=1e-5)
     np.testing.assert_allclose(first["vectors"], single["vectors"], atol=1e-5)
+    # R^2 of every held-out row, scored on rank 0 and shared: the single process's score
+    assert first["regressor_scores"] == second["regressor_scores"]
+    assert len(first["regressor_scores"]) == 2
+    np.testing.assert_allclose(first["regressor_scores"], single["regressor_scores"], atol=1e-5)
+    np.testing.assert_allclose(first["ratings"], single["ratings"], rtol=1e-5, atol=1e-4)
 
 
 def test_each_rank_trains_on_its_share_of_every_batch(runs):
@@ -183,9 +188,9 @@ def test_each_rank_trains_on_its_share_of_every_batch(runs):
     assert all(
         a > 0 and b > 0 for (_, a), (_, b) in zip(first["rows"], second["rows"], strict=True)
     )
-    # 30 classifier rows x 3 epochs, then 40 x 1 (warm start), 39 pairs x 2 epochs, 4
-    # pre-training batches of 5
-    assert sum(n for n, _ in first["rows"]) == 90 + 40 + 78 + 20
+    # 30 classifier rows x 3 epochs, then 40 x 1 (warm start), 39 pairs x 2 epochs, 30
+    # regressor rows x 2 epochs, 4 pre-training batches of 5
+    assert sum(n for n, _ in first["rows"]) == 90 + 40 + 78 + 60 + 20
 
 
 def test_only_rank_0_writes_and_prints(runs):

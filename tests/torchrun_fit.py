@@ -1,12 +1,12 @@
 """The fits of tests/test_torchrun.py: run by each rank of ``torchrun``, and in one process.
 
 ``python tests/torchrun_fit.py MODEL_DIR OUT_DIR WATCHED_DIR`` fits a classifier (class
-weights, early stopping, checkpoints), fine-tunes a sentence transformer and further
-pre-trains the masked LM, all on ``MODEL_DIR``; it writes what it learned to
-``OUT_DIR/result-RANK.pt``, the files it opened for writing under ``WATCHED_DIR`` (where the
-fits write) to ``OUT_DIR/writes-RANK.json``, and its stderr to ``OUT_DIR/stderr-RANK.txt``. With
-``--other-data`` after them, each rank fits on other texts and writes the error it got to
-``OUT_DIR/error-RANK.txt``.
+weights, early stopping, checkpoints), fine-tunes a sentence transformer, fits a regressor
+(early stopping on R^2) and further pre-trains the masked LM, all on ``MODEL_DIR``; it writes
+what it learned to ``OUT_DIR/result-RANK.pt``, the files it opened for writing under
+``WATCHED_DIR`` (where the fits write) to ``OUT_DIR/writes-RANK.json``, and its stderr to
+``OUT_DIR/stderr-RANK.txt``. With ``--other-data`` after them, each rank fits on other texts
+and writes the error it got to ``OUT_DIR/error-RANK.txt``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def fit_all(model: str, watched: Path) -> dict:
     import torch
     from sklearn.base import clone
 
-    from skbert import BertSentenceTransformer, BertTextClassifier
+    from skbert import BertSentenceTransformer, BertTextClassifier, BertTextRegressor
     from skbert.pretraining import further_pretrain
 
     texts, labels = corpus()
@@ -74,6 +74,17 @@ def fit_all(model: str, watched: Path) -> dict:
     sentence = BertSentenceTransformer(
         **common, fine_tune="full", batch_size=7, max_epochs=2, learning_rate=2e-3
     ).fit(pairs, scores)
+    ratings = np.array([len(t) + 10.0 * ("good" in t or "great" in t) for t in texts])
+    regressor = BertTextRegressor(  # R^2 on the held-out rows: scored by rank 0 alone
+        **common,
+        batch_size=6,  # 30 training rows: 5 batches of 6
+        max_epochs=2,
+        learning_rate=2e-3,
+        dropout=0.0,
+        early_stopping=True,
+        validation_fraction=0.25,
+        n_iter_no_change=2,
+    ).fit(texts, ratings)
     path = further_pretrain(
         texts, watched / "pretrained", **common, max_steps=4, batch_size=5, learning_rate=2e-3
     )
@@ -94,6 +105,10 @@ def fit_all(model: str, watched: Path) -> dict:
         "sentence_loss": sentence.loss_curve_,
         "sentence": weights(sentence.network_),
         "vectors": sentence.transform(texts[:8]),
+        "regressor_loss": regressor.loss_curve_,
+        "regressor_scores": regressor.validation_scores_,
+        "regressor": weights(regressor.network_),
+        "ratings": regressor.predict(texts[:8]),
         "pretrained": weights(pretrained),
         "torch_threads": torch.get_num_threads(),
     }

@@ -1,10 +1,11 @@
-"""Checks of the targets ``y``: class labels, multi-label indicators and similarity scores.
+"""Checks of the targets ``y``: class labels, multi-label indicators, similarity scores and
+regression targets.
 
 Each check gives the error scikit-learn's own estimators and metrics give (or a clearer one that
 names the position), instead of a raw comparison error or a model that learned nothing. Used by
-:class:`~skbert.BertTextClassifier` and :class:`~skbert.BertSentenceTransformer` before they
-train (or score); :func:`check_validation_split` checks the classifier's ``early_stopping``
-split of ``y`` before it is drawn.
+:class:`~skbert.BertTextClassifier`, :class:`~skbert.BertTextRegressor` and
+:class:`~skbert.BertSentenceTransformer` before they train (or score);
+:func:`check_validation_split` checks the ``early_stopping`` split of ``y`` before it is drawn.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sklearn.utils.multiclass import type_of_target
 __all__ = [
     "check_class_labels",
     "check_gold_scores",
+    "check_regression_targets",
     "check_scores",
     "check_validation_split",
     "holds_scores",
@@ -106,6 +108,11 @@ def _undefined(value) -> bool:
     return False
 
 
+def _position(index: int, shape: tuple) -> str:
+    """The position ``"i, j"`` in an array of ``shape`` of the ``index``-th value of its ravel."""
+    return ", ".join(str(int(p)) for p in np.unravel_index(index, shape))
+
+
 def _check_defined(y: np.ndarray, name: str) -> None:
     if y.dtype.kind == "f":
         bad = np.flatnonzero(~np.isfinite(y.ravel()))
@@ -118,7 +125,7 @@ def _check_defined(y: np.ndarray, name: str) -> None:
         return
     value = y.ravel()[first]
     shown = None if value is None else float(value)
-    pos = ", ".join(str(int(p)) for p in np.unravel_index(first, y.shape))
+    pos = _position(first, y.shape)
     if shown is None or math.isnan(shown):
         raise ValueError(f"{name}[{pos}] is missing ({shown!r}); every sample needs a target.")
     raise ValueError(
@@ -227,15 +234,72 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
     return y, False
 
 
+def _refuse_non_finite(y: np.ndarray, what: str) -> None:
+    """Raise for the first NaN or infinite value of float ``y``, naming its position."""
+    bad = np.flatnonzero(~np.isfinite(y.ravel()))
+    if len(bad):
+        pos = _position(bad[0], y.shape)
+        raise ValueError(f"y[{pos}] is {float(y.ravel()[bad[0]])!r}; {what} must be finite.")
+
+
 def _finite_scores(y, n_samples: int, what: str) -> np.ndarray:
     """``y`` as 1-D finite float64 scores, with errors that say which ``what``."""
     y = _as_array(y, n_samples, shapes=f"y takes 1-D {what}: one per sentence pair.")
     if y.ndim != 1:
         raise ValueError(f"{what} y must be 1-D; got shape {y.shape}.")
     y = y.astype(np.float64)
-    bad = np.flatnonzero(~np.isfinite(y))
-    if len(bad):
-        raise ValueError(f"y[{bad[0]}] is {float(y[bad[0]])!r}; {what} must be finite.")
+    _refuse_non_finite(y, what)
+    return y
+
+
+def check_regression_targets(y, n_samples: int, *, estimator: str) -> np.ndarray:
+    """Real-valued targets for a regressor: 1-D, or 2-D with one column per output; finite;
+    no output constant. Returned as float64, in the shape given.
+
+    Parameters
+    ----------
+    y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        The targets given to ``fit``.
+    n_samples : int
+        Rows of X.
+    estimator : str
+        Who asks, for the messages.
+
+    Raises
+    ------
+    ValueError
+        For a wrong length, a ragged y, more than 2 dimensions or no column, a value that is
+        not a number, NaN, None or infinite (its position is named), or an output that holds
+        one value for every sample (nothing to learn, and standardising it would divide by 0).
+    """
+    shapes = (
+        f"{estimator} takes a 1-D y (one real value per sample) or a 2-D y (one column per output)."
+    )
+    y = _as_array(y, n_samples, shapes=shapes)
+    if y.ndim > 2 or (y.ndim == 2 and y.shape[1] == 0):
+        raise ValueError(f"y has shape {y.shape}; {shapes}")
+    if y.dtype.kind in "OUS" or y.dtype.kind == "c":
+        for i, value in enumerate(y.ravel()):
+            if value is None:
+                raise ValueError(
+                    f"y[{_position(i, y.shape)}] is missing (None); every sample needs a target."
+                )
+            if not isinstance(value, numbers.Real):
+                raise ValueError(
+                    f"y[{_position(i, y.shape)}] is {value!r}, not a real number; {estimator} "
+                    "learns real-valued targets (class labels train BertTextClassifier)."
+                )
+    y = y.astype(np.float64)
+    _refuse_non_finite(y, "regression targets")
+    columns = y.reshape(len(y), -1)
+    constant = np.flatnonzero(columns.min(axis=0) == columns.max(axis=0))
+    if len(constant):
+        which = "y" if y.ndim == 1 else f"y[:, {int(constant[0])}]"
+        raise ValueError(
+            f"{which} holds one value ({float(columns[0, constant[0]])!r}) for every sample; "
+            f"{estimator} learns from differences between targets, so each output needs at "
+            "least two distinct values."
+        )
     return y
 
 
@@ -313,7 +377,8 @@ def check_validation_split(y: np.ndarray, validation_fraction: float, *, multila
     validation_fraction : float
         Share held out, in (0, 1).
     multilabel : bool
-        Whether ``y`` is an indicator matrix (split without stratification).
+        Whether ``y`` is split without stratification: an indicator matrix, or a regressor's
+        real-valued targets.
 
     Raises
     ------
