@@ -104,9 +104,8 @@ if plt is not None:
     poolings = grid["bert__pooling"]
     accuracy = np.empty((len(poolings), len(layers)))
     for params, score in zip(results["params"], results["mean_test_score"], strict=True):
-        accuracy[poolings.index(params["bert__pooling"]), layers.index(params["bert__layer"])] = (
-            score
-        )
+        row = poolings.index(params["bert__pooling"])
+        accuracy[row, layers.index(params["bert__layer"])] = score
     fig, ax = plt.subplots(figsize=(5.5, 3.2), layout="constrained")
     image = ax.imshow(accuracy, cmap="viridis", aspect="auto")
     middle = (accuracy.min() + accuracy.max()) / 2
@@ -117,5 +116,5 @@ if plt is not None:
     ax.set_yticks(range(len(poolings)), poolings)
     ax.set_xlabel("layer")
     ax.set_ylabel("pooling")
-    ax.set_title("GridSearchCV: mean CV accuracy, frozen MiniLM + logistic regression")
+    ax.set_title("Mean CV accuracy (3 folds)")
     fig.colorbar(image, ax=ax)
