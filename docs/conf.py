@@ -1,8 +1,10 @@
 """Sphinx configuration for the skbert documentation.
 
 Build with ``bash scripts/docs.sh`` (or ``sphinx-build -W --keep-going docs docs/_build/html``).
-The build is offline: no intersphinx, and the only gallery example executed is the quick one
-listed in ``EXECUTED_EXAMPLES``; the others are rendered without running.
+The build is offline: no intersphinx (scikit-learn, transformers, numpy, torch and Python names
+link through ``extlinks`` instead, below), the only gallery example executed is the quick one
+listed in ``EXECUTED_EXAMPLES`` (the others show the output of a measured run, recorded in their
+docstrings), and the getting-started notebook is executed (about 20 s).
 """
 
 from __future__ import annotations
@@ -35,12 +37,13 @@ version = release = skbert.__version__
 
 extensions = [
     "sphinx.ext.autodoc",
+    "sphinx.ext.extlinks",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
-    "myst_nb",  # Markdown (MyST) pages and the notebook, never executed here
+    "myst_nb",  # Markdown (MyST) pages and the notebook
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
@@ -48,6 +51,26 @@ root_doc = "index"
 templates_path = ["_templates"]
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "auto_examples/*.ipynb"]
 default_role = "literal"  # `x` in rst means ``x``, as in the Markdown pages
+# Straight quotes: docutils' "smart quotes" turned the defaults of the API pages into
+# default=”auto”, which does not paste as Python.
+smartquotes = False
+
+# -- Links to other projects' documentation ------------------------------------------------
+# intersphinx needs each project's objects.inv at build time, and this build is offline (and
+# scikit-learn's, transformers', numpy's, PyTorch's and Python's sites cannot be reached from
+# where it runs, so no inventory could be stored either). Their few names that the guide pages
+# cite link through these roles instead, to the page of each project's stable documentation:
+# {sklearn}`pipeline.Pipeline` is sklearn.pipeline.Pipeline's page, titled with what is written.
+extlinks = {
+    "sklearn": ("https://scikit-learn.org/stable/modules/generated/sklearn.%s.html", "%s"),
+    "sklearn-guide": ("https://scikit-learn.org/stable/%s", None),
+    "transformers": ("https://huggingface.co/docs/transformers/main/en/%s", None),
+    "numpy": ("https://numpy.org/doc/stable/reference/generated/numpy.%s.html", "%s"),
+    "torch": ("https://docs.pytorch.org/docs/stable/%s", None),
+    "python": ("https://docs.python.org/3/library/%s", None),
+    "joblib": ("https://joblib.readthedocs.io/en/stable/generated/joblib.%s.html", "%s"),
+    "dask": ("https://docs.dask.org/en/stable/%s", None),
+}
 
 # -- API reference -------------------------------------------------------------------------
 autosummary_generate = True
@@ -78,10 +101,21 @@ numpydoc_validation_overrides = {"RT02": [r"Returns\n\s*-+\n\s*self : \w+"]}
 # -- Markdown (the user guide) and the notebook --------------------------------------------
 myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
-# The getting-started notebook is stored without outputs and shown as it is: the build does not
-# run it (tests/test_notebook.py does). It lives in examples/notebooks/; Sphinx reads only files
-# under docs/, so it is copied to docs/notebooks/ (ignored by git) at each build.
-nb_execution_mode = "off"
+# The getting-started notebook is stored without outputs (tests/test_notebook.py checks that,
+# and runs it) and executed by the build, so that its page shows real outputs: the estimator's
+# HTML diagram, the vectors, the grid-search table (about 20 s with the packaged model). A cell
+# that fails fails the build. It lives in examples/notebooks/; Sphinx reads only files under
+# docs/, so it is copied to docs/notebooks/ (ignored by git) at each build, and it runs in a
+# temporary folder, so that its cache and outputs stay out of the checkout.
+nb_execution_mode = "auto"  # run notebooks stored without outputs: this one
+nb_execution_timeout = 600
+nb_execution_raise_on_error = True
+nb_execution_show_tb = True
+nb_execution_in_temp = True
+# The notebook's kernel is a separate process: it imports this checkout's skbert too.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
 NOTEBOOKS = DOCS / "notebooks"
 NOTEBOOKS.mkdir(exist_ok=True)
 for _notebook in sorted((REPO / "examples" / "notebooks").glob("*.ipynb")):
@@ -105,17 +139,20 @@ for _logger in ("sphinx.myst_parser.sphinx_ext.main", "sphinx.myst_nb.sphinx_ext
     logging.getLogger(_logger).addFilter(_DropMystConfigDump())
 
 # -- Examples gallery ----------------------------------------------------------------------
-# Most examples fine-tune or encode thousands of texts: minutes to a quarter of an hour each on
-# a laptop CPU. Only these are executed during the build; the rest are rendered as code, and
-# their measured results are quoted in the user guide.
+# Most examples fine-tune or encode thousands of texts: minutes to over an hour each on 2 CPU
+# cores. Only these are executed during the build; the others are rendered as code, their
+# docstrings holding the output of a measured run ("Measured here"), which the user guide's
+# tables quote (tests/test_docs.py checks that they agree).
 EXECUTED_EXAMPLES = ["demo_grid_search.py"]
+# The gallery's order: the quick demo first, then by file name (docs/gallery_order.py).
+sys.path.insert(0, str(DOCS))
 
 sphinx_gallery_conf = {
     "examples_dirs": str(REPO / "examples"),
     "gallery_dirs": "auto_examples",
     "filename_pattern": "/(" + "|".join(re.escape(name) for name in EXECUTED_EXAMPLES) + ")$",
     "ignore_pattern": r"__init__\.py|/notebooks/",
-    "within_subsection_order": "FileNameSortKey",
+    "within_subsection_order": "gallery_order.ExampleOrder",
     "doc_module": ("skbert",),
     "backreferences_dir": "generated/backreferences",
     "remove_config_comments": True,
@@ -137,7 +174,17 @@ html_show_sourcelink = False
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
-    "header_links_before_dropdown": 6,
+    # The header holds one row at 1400 px: the first pages, then "More".
+    "header_links_before_dropdown": 5,
+    # An example's page is code and its output: the whole width for them, no "On this page".
+    # (Pages named one by one: a page that two wildcard patterns match is a warning.)
+    "secondary_sidebar_items": {
+        "**": ["page-toc", "edit-this-page", "sourcelink"],
+        **{
+            f"auto_examples/{example.stem}": []
+            for example in sorted((REPO / "examples").glob("*.py"))
+        },
+    },
 }
 # Pages without sub-pages have nothing to list in the left sidebar: drop it, which also gives
 # their code blocks and tables the width.
@@ -146,6 +193,9 @@ html_sidebars = {
     "install": [],
     "getting_started": [],
     "user_guide": [],
+    "scaling": [],
+    "benchmarks": [],
+    "architecture": [],
     "notebooks/*": [],
 }
 # Only the style sheet: docs/_static also holds the charts and gallery thumbnails, which the

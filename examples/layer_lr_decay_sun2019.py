@@ -13,7 +13,17 @@ Honest about scale: a 6-layer model decays much less at the bottom than a 12-lay
 points, so expect a difference of the paper's size to be lost in seed noise.
 
 Needs the packaged model and SST-2 in ``$SKBERT_DATA/sst2-senteval`` (default
-``../shared/data``). About 5-10 minutes on 2 CPU cores.
+``../shared/data``). Six fine-tunings of 3 epochs on 2,000 sentences: 5-10 minutes on 2 CPU
+cores.
+
+Measured here (the accuracy table of the run that the user guide discusses):
+
+.. code-block:: text
+
+    SST-2 dev accuracy, all-MiniLM-L6-v2, 2,000 training sentences, 3 seeds
+       xi    mean    std   paper (IMDb error %, BERT-base)
+      1.0   0.817  0.003   5.42
+     0.95   0.811  0.002   5.4
 """
 # sphinx_gallery_thumbnail_path = "_static/thumb_layer_lr_decay_sun2019.png"
 

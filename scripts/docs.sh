@@ -3,9 +3,10 @@
 # docs/_build/html, with warnings treated as errors. Offline: the packaged model, no intersphinx.
 #
 # The build executes the quick gallery example (examples/demo_grid_search.py, a few seconds on
-# 2 idle CPU cores; docs/conf.py lists the executed ones) and renders the others without running
-# them. Its output is cached by sphinx-gallery until the example changes. Extra arguments go to
-# sphinx-build, e.g. `bash scripts/docs.sh -D plot_gallery=0` renders without executing.
+# 2 idle CPU cores; docs/conf.py lists the executed ones) and the getting-started notebook, and
+# renders the other examples without running them (their docstrings hold a measured run's
+# output). Extra arguments go to sphinx-build, e.g. `bash scripts/docs.sh -D plot_gallery=0`
+# renders the gallery without executing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # setup.sh with the docs extra too: it installs only when pyproject.toml or the extras changed

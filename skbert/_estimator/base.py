@@ -448,15 +448,15 @@ class BertEstimatorBase(BaseEstimator):
 
         Examples
         --------
+        ``est`` is a fitted ``BertSentenceTransformer`` or ``BertTextClassifier``; the folder
+        loads back as the same class, which predicts as ``est`` does, bit for bit:
+
         >>> import skbert
-        >>> from skbert.datasets import load_demo_sentiment
-        >>> X, y = load_demo_sentiment(return_X_y=True)
-        >>> clf = skbert.BertTextClassifier(max_length=64, max_epochs=1, random_state=0)
-        >>> clf.fit(X[:200], y[:200]).save("sentiment-model")  # doctest: +SKIP
-        'sentiment-model'
-        >>> loaded = skbert.load("sentiment-model")  # doctest: +SKIP
-        >>> (loaded.predict_proba(X[200:]) == clf.predict_proba(X[200:])).all()  # doctest: +SKIP
-        np.True_
+        >>> est.save("my-model")  # doctest: +SKIP
+        'my-model'
+        >>> loaded = skbert.load("my-model")  # doctest: +SKIP
+        >>> type(loaded) is type(est)  # doctest: +SKIP
+        True
         """
         return _persistence.save(self, path)
 
