@@ -20,7 +20,9 @@ paragraph (a span never crosses a blank line):
 
 - Markdown: CommonMark code spans, a run of N backticks up to the next run of exactly N; line
   ends inside become spaces, one space is stripped from each end when both ends have one, a
-  backslash-escaped backtick opens nothing, and in a table row ``\\|`` reads ``|`` (GFM).
+  backslash-escaped backtick opens nothing, and in a table row ``\\|`` reads ``|`` (GFM). The
+  text of a MyST role (``{func}`skbert.load("m") <skbert.load>```) is a span too, without its
+  explicit ``<target>``: the page shows that text as code.
 - reStructuredText: ````literal```` and, since docs/conf.py sets ``default_role = "literal"``,
   ```literal```; a backtick text with a role (``:class:`x```) or a link (```x <url>`_``) is not
   code.
@@ -46,7 +48,16 @@ DOCUMENTS = [*MARKDOWN_DOCUMENTS, *RST_DOCUMENTS]
 PYTHON = frozenset({"python", "python3", "py"})
 SHELL = frozenset({"bash", "sh", "shell", "console"})
 TEXT = frozenset({"text"})  # printed output: shown, never run
-KNOWN_LANGUAGES = PYTHON | SHELL | TEXT
+#: MyST directives written as fences that hold no code (``{include} FILE``, a note, ...): their
+#: "language" is the directive's name in braces; the included files are checked themselves.
+MYST_DIRECTIVES = frozenset(
+    "{" + name + "}"
+    for name in (
+        "include", "toctree", "note", "warning", "tip", "important", "seealso",
+        "admonition", "figure", "image", "contents",
+    )
+)  # fmt: skip
+KNOWN_LANGUAGES = PYTHON | SHELL | TEXT | MYST_DIRECTIVES
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,8 @@ def _md_language(info: str) -> str:
     if not words:
         return ""
     if words[0].startswith("{") and words[0].endswith("}"):  # MyST: {code-block} python
+        if words[0].lower() in MYST_DIRECTIVES:  # {include} ../benchmarks/README.md
+            return words[0].lower()
         return words[1].lower() if len(words) > 1 else ""
     return words[0].lower()
 
@@ -139,6 +152,10 @@ def _blank_out(lines: list[str], ranges) -> list[str]:
 
 
 _BACKTICKS = re.compile(r"`+")
+#: a MyST role right before a code span, as in {func}`skbert.load("x") <skbert.load>`
+_MYST_ROLE = re.compile(r"\{[\w:.-]+\}$")
+#: the explicit target of a role: the span's text is what the page shows (and a reader pastes)
+_ROLE_TARGET = re.compile(r"\s*<[^<>]+>$")
 
 
 def markdown_spans(text: str) -> list[Span]:
@@ -169,6 +186,8 @@ def markdown_spans(text: str) -> list[Span]:
             content = joined[opening.end() : runs[closing].start()].replace("\n", " ")
             if len(content) > 1 and content[0] == content[-1] == " " and content.strip():
                 content = content[1:-1]
+            if _MYST_ROLE.search(joined, 0, opening.start()):  # {func}`text <target>`
+                content = _ROLE_TARGET.sub("", content)
             if table:
                 content = content.replace("\\|", "|")
             spans.append(Span(first + 1 + joined.count("\n", 0, opening.start()), content))

@@ -56,6 +56,12 @@ two lines`, an escaped \\`backtick\\` and a lone ` backtick.
 
 | a | `pooling="cls" \\| "mean"` |
 
+A role {func}`skbert.load("m") <skbert.load>` and {class}`~skbert.BertTextRegressor`.
+
+```{include} ../other.md
+:start-line: 1
+```
+
 ```python
 x = "`not a span`"
 ```
@@ -85,6 +91,8 @@ def test_markdown_spans():
         Span(3, "a `tick` inside"),
         Span(4, "spanning two lines"),
         Span(7, 'pooling="cls" | "mean"'),
+        Span(9, 'skbert.load("m")'),
+        Span(9, "~skbert.BertTextRegressor"),
     ]
 
 
@@ -133,13 +141,14 @@ def test_rst_spans():
             markdown_blocks,
             MARKDOWN,
             [
-                Block(9, 10, "python", 'x = "`not a span`"'),
-                Block(13, 14, "bash", "```\necho inside\n```"),
-                Block(19, 20, "sh", "ls"),
-                Block(23, 24, "", "output"),
-                Block(26, 27, "text", "never closed"),
+                Block(11, 12, "{include}", ":start-line: 1"),
+                Block(15, 16, "python", 'x = "`not a span`"'),
+                Block(19, 20, "bash", "```\necho inside\n```"),
+                Block(25, 26, "sh", "ls"),
+                Block(29, 30, "", "output"),
+                Block(32, 33, "text", "never closed"),
             ],
-            ["line 26: this fence is never closed"],
+            ["line 32: this fence is never closed"],
         ),
         (
             rst_blocks,
