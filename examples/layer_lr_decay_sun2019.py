@@ -16,7 +16,8 @@ Needs the packaged model and SST-2 in ``$SKBERT_DATA/sst2-senteval`` (default
 ``../shared/data``). Six fine-tunings of 3 epochs on 2,000 sentences: 5-10 minutes on 2 CPU
 cores.
 
-Measured here (the accuracy table of the run that the user guide discusses):
+Measured here: the figures of the run that the user guide discusses, set out as the script
+prints them; the script was not run again for this page:
 
 .. code-block:: text
 

@@ -21,7 +21,8 @@ Needs the packaged model and the IMDb sample in ``$SKBERT_DATA/imdb-sample`` (de
 ``../shared/data``). The chunk runs encode up to 4 windows (248 tokens) of each review, which
 makes them the slow ones.
 
-Measured here (the table at the end of the run that the user guide discusses, 2 CPU cores):
+Measured here: the figures of the run that the user guide discusses (2 CPU cores), set out as
+the script prints them; the script was not run again for this page:
 
 .. code-block:: text
 
