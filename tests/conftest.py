@@ -1,5 +1,5 @@
-"""Fixtures: tiny random BERT, ALBERT, DistilBERT, MPNet and DeBERTa-v2 checkpoints, written
-once per test session; the real all-mpnet-base-v2 where it is in the Hugging Face cache.
+"""Fixtures: tiny random BERT, ALBERT, DistilBERT, MPNet, DeBERTa-v2 and ModernBERT checkpoints,
+written once per test session; the real all-mpnet-base-v2 where it is in the Hugging Face cache.
 
 Tests never reach the network: HF_HUB_OFFLINE is set before transformers is imported.
 """
@@ -148,8 +148,7 @@ def tiny_mpnet(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def tiny_deberta(tmp_path_factory) -> str:
     """Directory of a random 2-layer DeBERTa-v2 with v3's attention settings (relative
-    attention with position buckets, shared keys, p2c and c2p); no fast path: it runs the
-    transformers forward."""
+    attention with position buckets, shared keys, p2c and c2p)."""
     from transformers import DebertaV2Config, DebertaV2Model
 
     config = DebertaV2Config(
@@ -158,6 +157,20 @@ def tiny_deberta(tmp_path_factory) -> str:
         position_biased_input=False, type_vocab_size=0,
     )  # fmt: skip
     return _save_tiny(tmp_path_factory, "tiny-deberta", DebertaV2Model, config)
+
+
+@pytest.fixture(scope="session")
+def tiny_modernbert(tmp_path_factory) -> str:
+    """Directory of a random 2-layer ModernBERT (pre-norm, rotary positions, local and global
+    attention); no fast path: it runs the transformers forward."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    config = ModernBertConfig(
+        vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=64, local_attention=8, pad_token_id=0,
+        bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
+    )  # fmt: skip
+    return _save_tiny(tmp_path_factory, "tiny-modernbert", ModernBertModel, config)
 
 
 @pytest.fixture(scope="session", params=["bert", "albert"])

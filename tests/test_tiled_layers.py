@@ -1,5 +1,6 @@
 """Prediction's tiled layers (skbert._inference.cpu.tiled_layers) agree with the transformers
-forward for each family they know (BERT, DistilBERT, MPNet: skbert._inference.cpu.families),
+forward for each family they know (BERT, DistilBERT, MPNet, DeBERTa-v2:
+skbert._inference.cpu.families),
 give every row the same bits whatever blocks come with it, apply only where they know the
 structure, and follow the weights when they change; duplicate rows are computed once."""
 
@@ -63,6 +64,7 @@ FAMILY_OF = {
     "tiny_bert": "bert",
     "tiny_distilbert": "distilbert",
     "tiny_mpnet": "mpnet",
+    "tiny_deberta": "deberta-v2",
     "packaged_model": "bert",
 }
 
@@ -108,11 +110,11 @@ def test_tiled_states_match_transformers(request, name, dtype, products):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("tile", [8, 16, 40])
-@pytest.mark.parametrize("name", ["tiny_bert", "tiny_distilbert", "tiny_mpnet"])
+@pytest.mark.parametrize("name", ["tiny_bert", "tiny_distilbert", "tiny_mpnet", "tiny_deberta"])
 def test_a_rows_bits_do_not_depend_on_the_other_blocks(request, name, tile, dtype, products):
     """The same block computed alone, with other blocks before or after it, or in another
     order gives the same bits: only its own shape matters (tiles are fixed, attention runs per
-    block, MPNet's position bias is computed per block length)."""
+    block, MPNet's and DeBERTa's relative positions are computed per block length)."""
     backbone = _load(request.getfixturevalue(name)).to(dtype)
     target = _family_blocks(backbone, [(5, 7, 3)], seed=11)[0]
     others = _family_blocks(backbone, [(4, 9, 4), (6, 5, 2), (2, 13, 2), (9, 4, 9)], seed=3)
@@ -129,13 +131,15 @@ def test_a_rows_bits_do_not_depend_on_the_other_blocks(request, name, tile, dtyp
             assert torch.equal(want, state)
 
 
-def test_not_taken_for_albert_deberta_training_or_gradients(tiny_albert, tiny_deberta, tiny_bert):
+def test_not_taken_for_albert_modernbert_training_or_gradients(
+    tiny_albert, tiny_modernbert, tiny_bert
+):
     albert = _load(tiny_albert)
     blocks = _blocks(albert.config.vocab_size, [(3, 7, 3)])
     with torch.inference_mode():
         assert tiled_forward(albert, blocks, False, 16) is None  # shared layers: not BERT's
-        deberta = _load(tiny_deberta)  # disentangled attention: no family of the engine
-        assert tiled_forward(deberta, _family_blocks(deberta, [(3, 7, 3)]), False, 16) is None
+        modern = _load(tiny_modernbert)  # pre-norm, rotary: no family of the engine
+        assert tiled_forward(modern, _family_blocks(modern, [(3, 7, 3)]), False, 16) is None
     bert = _load(tiny_bert)
     with torch.no_grad():
         assert tiled_forward(bert, blocks, False, 16) is not None

@@ -12,7 +12,10 @@ where their modules keep these parts and in what attention adds to its scores; a
   ``sa_layer_norm``, ``ffn.lin1``, ...), no token types;
 - MPNet: BERT's layer under other names (``attention.attn.q``, ...) plus a relative position
   bias added to every layer's attention scores: one table per block length, computed once by
-  the backbone's own ``encoder.compute_position_bias``.
+  the backbone's own ``encoder.compute_position_bias``;
+- DeBERTa-v2 / v3: BERT's layer with ``query_proj`` and so on, and disentangled attention:
+  scores from the relative position embeddings added to the content scores, which depend on
+  the block's queries and keys (:class:`DebertaV2`).
 
 A family is recognised by its structure (the modules are there, of the expected types, and
 the config says exact GELU); the engine then checks its output against the transformers forward
@@ -69,9 +72,16 @@ class Family(ABC):
         """``(hidden size, attention heads)``."""
         return getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", 0)
 
-    def attention_bias(self, backbone):
-        """None, or a function ``length -> tensor`` of what attention adds to its scores in
-        a block of that length, of shape ``(1, heads, length, length)``."""
+    def score_scale(self, config, head_size: int) -> float:
+        """What attention multiplies ``query @ key.T`` by: ``1 / sqrt(head size)``."""
+        return head_size**-0.5
+
+    def score_bias(self, backbone):
+        """None, or a function ``(layer index, query, key, length, memo) -> tensor`` of what
+        attention adds to its scaled scores in a block: query and key in float32, of shape
+        ``(rows, heads, length, head size)``, the result broadcastable to ``(rows, heads,
+        length, length)``; ``memo`` is a dict of one tiled forward, for what does not depend on
+        the block's rows (computed once per block length or per layer)."""
         return None
 
     def fits(self, backbone) -> bool:
@@ -189,19 +199,127 @@ class MPNet(Family):
     def config_fits(self, config) -> bool:
         return getattr(config, "hidden_act", None) == "gelu"
 
-    def attention_bias(self, backbone):
+    def score_bias(self, backbone):
         encoder = backbone.encoder
         device = encoder.relative_attention_bias.weight.device
 
-        def bias(length: int) -> torch.Tensor:
-            # the backbone's own function, on a stand-in of one row of `length` tokens
-            return encoder.compute_position_bias(torch.empty((1, length, 0), device=device)).float()
+        def bias(index, query, key, length, memo) -> torch.Tensor:
+            if length not in memo:  # the same in every layer: the backbone's own function,
+                # on a stand-in of one row of `length` tokens
+                stand_in = torch.empty((1, length, 0), device=device)
+                memo[length] = encoder.compute_position_bias(stand_in).float()
+            return memo[length]
+
+        return bias
+
+
+class DebertaV2(Family):
+    """DeBERTa-v2 and v3: BERT's layer with ``*_proj`` projections, and disentangled attention
+    (content-to-position and position-to-content scores from relative position embeddings,
+    bucketed).
+
+    Per block, the content-to-position scores are ``query @ pos_key.T`` gathered at each pair's
+    relative position, the position-to-content ones ``key @ pos_query.T`` gathered and
+    transposed, both divided by the scores' scale, as transformers computes them. The
+    projections of the relative embeddings (``pos_key``, ``pos_query``) are computed once per
+    layer and tiled forward, the relative positions once per block length; the encoder's own
+    functions give both.
+    """
+
+    name = "deberta-v2"
+
+    def layers(self, backbone):
+        encoder = getattr(backbone, "encoder", None)
+        if getattr(encoder, "conv", None) is not None:  # v2-xlarge's convolution: not here
+            return None
+        if not all(hasattr(encoder, f) for f in ("get_rel_pos", "get_rel_embedding")):
+            return None
+        return getattr(encoder, "layer", None)
+
+    def parts(self, layer) -> LayerParts:
+        attention = layer.attention
+        return LayerParts(
+            attention.self.query_proj,
+            attention.self.key_proj,
+            attention.self.value_proj,
+            attention.output.dense,
+            attention.output.LayerNorm,
+            layer.intermediate.dense,
+            layer.output.dense,
+            layer.output.LayerNorm,
+        )
+
+    def config_fits(self, config) -> bool:
+        hidden, heads = self.width(config)
+        types = set(getattr(config, "pos_att_type", None) or [])
+        head_size = getattr(config, "attention_head_size", None)
+        return (
+            getattr(config, "hidden_act", None) == "gelu"
+            and types <= {"c2p", "p2c"}
+            and (head_size is None or (heads and head_size * heads == hidden))
+        )
+
+    def score_scale(self, config, head_size: int) -> float:
+        types = set(getattr(config, "pos_att_type", None) or [])
+        return (head_size * (1 + len(types))) ** -0.5
+
+    def score_bias(self, backbone):
+        config, encoder = backbone.config, backbone.encoder
+        if not getattr(config, "relative_attention", False):
+            return None
+        types = set(config.pos_att_type or [])
+        attentions = [layer.attention.self for layer in encoder.layer]
+        scale = self.score_scale(config, attentions[0].attention_head_size)
+        device = encoder.rel_embeddings.weight.device
+
+        def projected(index, memo):
+            """``(pos_key, pos_query)`` of layer ``index``, ``(heads, 2 span, head size)``."""
+            key = ("projected", index)
+            if key not in memo:
+                if "relative" not in memo:
+                    memo["relative"] = encoder.get_rel_embedding()
+                attention = attentions[index]
+                rel = memo["relative"][: 2 * attention.pos_ebd_size]
+                shared = attention.share_att_key
+                heads = attention.num_attention_heads
+
+                def heads_first(linear):
+                    return linear(rel).float().view(len(rel), heads, -1).transpose(0, 1)
+
+                pos_key = pos_query = None
+                if "c2p" in types:
+                    pos_key = heads_first(attention.key_proj if shared else attention.pos_key_proj)
+                if "p2c" in types:
+                    linear = attention.query_proj if shared else attention.pos_query_proj
+                    pos_query = heads_first(linear)
+                memo[key] = (pos_key, pos_query)
+            return memo[key]
+
+        def bias(index, query, key, length, memo) -> torch.Tensor:
+            span = attentions[index].pos_ebd_size
+            where = ("positions", length, span)
+            if where not in memo:
+                stand_in = torch.empty((1, length, 0), device=device)
+                relative = encoder.get_rel_pos(stand_in).reshape(length, length).long()
+                c2p = torch.clamp(relative + span, 0, 2 * span - 1)
+                p2c = torch.clamp(-relative + span, 0, 2 * span - 1)
+                memo[where] = (c2p, p2c)
+            c2p, p2c = memo[where]
+            pos_key, pos_query = projected(index, memo)
+            shape = (*query.shape[:2], length, length)
+            score = 0
+            if pos_key is not None:
+                score = torch.gather(query @ pos_key.transpose(-1, -2), -1, c2p.expand(shape))
+            if pos_query is not None:
+                position = torch.gather(key @ pos_query.transpose(-1, -2), -1, p2c.expand(shape))
+                score = score + position.transpose(-1, -2)
+            return score * scale
 
         return bias
 
 
 #: the families in the order they are tried (the first whose structure fits is taken)
-FAMILIES = (Bert(), DistilBert(), MPNet())
+FAMILIES = (Bert(), DistilBert(), MPNet(), DebertaV2())
 
 
 def family_of(backbone) -> Family | None:

@@ -15,7 +15,7 @@ inference kernel for transformer layers on the same blocks.
 
 The path is only taken for a backbone whose structure it knows (a post-norm encoder with exact
 GELU of a family in :mod:`skbert._inference.cpu.families`: BERT, RoBERTa, MiniLM, DistilBERT,
-MPNet, ...), whose output it has checked against the
+MPNet, DeBERTa-v2/v3, ...), whose output it has checked against the
 transformers forward on a probe input (within the tolerance of its precision), on the CPU, in
 float32 or bfloat16 (the copy of the network that ``precision="bf16"`` predicts with), and
 never while training: anything else runs the transformers forward block by block. The matrix
@@ -89,7 +89,8 @@ class _Plan:
         self.hidden, self.heads = family.width(backbone.config)
         self.dtype = next(backbone.parameters()).dtype
         self.products = products_for_this_cpu()
-        self.bias = family.attention_bias(backbone)
+        self.bias = family.score_bias(backbone)
+        self.scale = family.score_scale(backbone.config, self.hidden // self.heads)
         self.layers = [
             _LayerWeights(family.parts(layer), self.products) for layer in family.layers(backbone)
         ]
@@ -111,12 +112,12 @@ class _Plan:
             states[begin : begin + n_real * length] = embedded.reshape(-1, self.hidden)
         inner = max(layer.inner_size for layer in self.layers)
         work = _Buffers(total, self.hidden, start, tile, inner, self.dtype)
-        if self.bias is not None:  # the same for every layer: once per block length
-            work.bias = {length: self.bias(length) for _, _, length, _ in spans}
+        work.bias, work.scale = self.bias, self.scale
         every = [states] if all_states else None
         spare = None if all_states else torch.empty_like(states)
-        for layer in self.layers:
+        for index, layer in enumerate(self.layers):
             target = torch.empty_like(states) if all_states else spare
+            work.layer = index
             layer.run(states, target, tile, spans, self.heads, work)
             states, spare = target, states
             if every is not None:
@@ -150,7 +151,9 @@ class _Buffers:
         self.result = torch.empty((tile, hidden), dtype=dtype)
         self.mean = torch.empty((tile, 1), dtype=dtype)
         self.rstd = torch.empty((tile, 1), dtype=dtype)
-        self.bias = None  # block length -> what attention adds to its scores (or None)
+        # attention's extra scores (a family's score_bias, or None), the scale of its
+        # scores, the layer running and what the extra scores keep for the whole forward
+        self.bias, self.scale, self.layer, self.memo = None, None, 0, {}
 
 
 def _block_states(states, span):
@@ -214,8 +217,7 @@ class _LayerWeights:
             if n_real < rows:  # attention in the block's fixed shape, repeats included
                 part = part[torch.arange(rows) % n_real]
             out = context[begin:end].view(n_real, length, heads, hidden // heads)
-            bias = None if work.bias is None else work.bias[length]
-            out.copy_(_attend(part, bias)[:n_real].transpose(1, 2))
+            out.copy_(_attend(part, work, length)[:n_real].transpose(1, 2))
         (norm1_weight, norm1_bias), (norm2_weight, norm2_bias) = self.norms
         shape, eps = (hidden,), self.eps
         normed = work.normed
@@ -232,20 +234,21 @@ class _LayerWeights:
             _layer_norm(result, shape, norm2_weight, norm2_bias, eps, out0=output, **stats)
 
 
-def _attend(part, bias=None):
+def _attend(part, work, length):
     """Attention of one block from its ``(rows, length, 3, heads, head size)`` projections:
-    ``(rows, heads, length, head size)``; ``bias`` (float32, ``(1, heads, length, length)``),
-    when given, is added to the scaled scores (MPNet's relative positions). bfloat16
-    projections are attended in float32: on a 2-core AVX512-BF16 EPYC, PyTorch's CPU attention
-    kernel is slower in bfloat16 than the cast and float32 kernel (the bf16 ``transform`` of the
-    2,758 STS-B test sentences took 2.74 s with bfloat16 attention, 2.58 s with this), and
-    float32 is the more accurate."""
+    ``(rows, heads, length, head size)``. Where the family adds to the scores
+    (``work.bias``: MPNet's relative positions, DeBERTa's disentangled scores), that is added
+    to the scores scaled by ``work.scale``. bfloat16 projections are attended in float32: on a
+    2-core AVX512-BF16 EPYC, PyTorch's CPU attention kernel is slower in bfloat16 than the cast
+    and float32 kernel (the bf16 ``transform`` of the 2,758 STS-B test sentences took 2.74 s
+    with bfloat16 attention, 2.58 s with this), and float32 is the more accurate."""
     if part.dtype != torch.float32:
         part = part.float()
     query, key, value = part.permute(2, 0, 3, 1, 4).unbind(0)
-    if bias is None:
+    if work.bias is None:
         return F.scaled_dot_product_attention(query, key, value)
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=bias)
+    extra = work.bias(work.layer, query, key, length, work.memo)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=extra, scale=work.scale)
 
 
 _layer_norm = torch.ops.aten.native_layer_norm.out  # F.layer_norm into given memory, same bits
