@@ -220,10 +220,11 @@ class DebertaV2(Family):
 
     Per block, the content-to-position scores are ``query @ pos_key.T`` gathered at each pair's
     relative position, the position-to-content ones ``key @ pos_query.T`` gathered and
-    transposed, both divided by the scores' scale, as transformers computes them. The
-    projections of the relative embeddings (``pos_key``, ``pos_query``) are computed once per
-    layer and tiled forward, the relative positions once per block length; the encoder's own
-    functions give both.
+    transposed, both divided by the scores' scale, as transformers computes them, but against
+    only the relative embeddings that a block of its length reaches (about twice its length of
+    the 512 of DeBERTa-v3's 256 buckets). The projections of the relative embeddings
+    (``pos_key``, ``pos_query``) are computed once per layer and tiled forward, the relative
+    positions once per block length; the encoder's own functions give both.
     """
 
     name = "deberta-v2"
@@ -301,21 +302,31 @@ class DebertaV2(Family):
             if where not in memo:
                 stand_in = torch.empty((1, length, 0), device=device)
                 relative = encoder.get_rel_pos(stand_in).reshape(length, length).long()
-                c2p = torch.clamp(relative + span, 0, 2 * span - 1)
-                p2c = torch.clamp(-relative + span, 0, 2 * span - 1)
-                memo[where] = (c2p, p2c)
-            c2p, p2c = memo[where]
+                # only the relative embeddings a block of this length reaches: a slice
+                memo[where] = tuple(
+                    _reached(torch.clamp(sign * relative + span, 0, 2 * span - 1))
+                    for sign in (1, -1)
+                )
+            (c2p, c2p_rows), (p2c, p2c_rows) = memo[where]
             pos_key, pos_query = projected(index, memo)
             shape = (*query.shape[:2], length, length)
             score = 0
             if pos_key is not None:
-                score = torch.gather(query @ pos_key.transpose(-1, -2), -1, c2p.expand(shape))
+                reached = query @ pos_key[:, c2p_rows].transpose(-1, -2)
+                score = torch.gather(reached, -1, c2p.expand(shape))
             if pos_query is not None:
-                position = torch.gather(key @ pos_query.transpose(-1, -2), -1, p2c.expand(shape))
-                score = score + position.transpose(-1, -2)
+                reached = key @ pos_query[:, p2c_rows].transpose(-1, -2)
+                score = score + torch.gather(reached, -1, p2c.expand(shape)).transpose(-1, -2)
             return score * scale
 
         return bias
+
+
+def _reached(index: torch.Tensor) -> tuple:
+    """``(index - first, slice(first, last + 1))``: the indices into the slice of the rows
+    they reach, and that slice."""
+    first, last = int(index.min()), int(index.max())
+    return index - first, slice(first, last + 1)
 
 
 #: the families in the order they are tried (the first whose structure fits is taken)
