@@ -124,12 +124,16 @@ class Bert(Family):
     def layers(self, backbone):
         return getattr(getattr(backbone, "encoder", None), "layer", None)
 
+    #: names of the query, key and value projections in ``layer.attention.self``
+    projections = ("query", "key", "value")
+
     def parts(self, layer) -> LayerParts:
         attention = layer.attention
+        query, key, value = (getattr(attention.self, name) for name in self.projections)
         return LayerParts(
-            attention.self.query,
-            attention.self.key,
-            attention.self.value,
+            query,
+            key,
+            value,
             attention.output.dense,
             attention.output.LayerNorm,
             layer.intermediate.dense,
@@ -213,7 +217,7 @@ class MPNet(Family):
         return bias
 
 
-class DebertaV2(Family):
+class DebertaV2(Bert):
     """DeBERTa-v2 and v3: BERT's layer with ``*_proj`` projections, and disentangled attention
     (content-to-position and position-to-content scores from relative position embeddings,
     bucketed).
@@ -237,18 +241,7 @@ class DebertaV2(Family):
             return None
         return getattr(encoder, "layer", None)
 
-    def parts(self, layer) -> LayerParts:
-        attention = layer.attention
-        return LayerParts(
-            attention.self.query_proj,
-            attention.self.key_proj,
-            attention.self.value_proj,
-            attention.output.dense,
-            attention.output.LayerNorm,
-            layer.intermediate.dense,
-            layer.output.dense,
-            layer.output.LayerNorm,
-        )
+    projections = ("query_proj", "key_proj", "value_proj")  # in BERT's layout otherwise
 
     def config_fits(self, config) -> bool:
         hidden, heads = self.width(config)
