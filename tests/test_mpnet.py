@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from skbert import BertSentenceTransformer, BertTextClassifier
+from skbert import BertSentenceTransformer, BertTextClassifier, BertTextRegressor
 
 pytestmark = pytest.mark.real_mpnet
 
@@ -89,6 +89,32 @@ def test_sentence_regression_fine_tunes_a_few_steps(real_mpnet):
     ).fit(pairs, scores)
     assert est.objective_ == "cosine"
     assert len(est.loss_curve_) == 2 and est.loss_curve_[1] < est.loss_curve_[0]
+
+
+def test_cross_encoder_regressor_fine_tunes_a_few_steps(real_mpnet):
+    """BertTextRegressor reads each pair in one input (a cross-encoder) and learns."""
+    pairs = np.array(
+        [
+            ["a man plays the guitar", "a person plays an instrument"],
+            ["a man plays the guitar", "the stock market fell"],
+            ["a woman cuts an onion", "someone is chopping vegetables"],
+            ["children play football", "the bank raised its rates"],
+        ]
+    )
+    scores = np.array([4.5, 0.2, 4.0, 0.1])
+    reg = BertTextRegressor(
+        model=real_mpnet,
+        max_length=16,
+        batch_size=4,
+        max_epochs=2,
+        learning_rate=5e-5,
+        early_stopping=False,
+        random_state=0,
+        device="cpu",
+    ).fit(pairs, scores)
+    assert len(reg.loss_curve_) == 2 and reg.loss_curve_[1] < reg.loss_curve_[0]
+    predicted = reg.predict(pairs)
+    assert predicted.shape == (4,) and np.isfinite(predicted).all()
 
 
 def test_further_pretraining_says_the_masked_lm_head_starts_from_random(real_mpnet, tmp_path):
