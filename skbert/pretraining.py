@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import torch
@@ -195,24 +196,30 @@ def masked_lm_windows(tokenizer, texts, max_length: int, whole_word_mask: bool =
     return features
 
 
+# The constraints of the parameters that further_pretrain and within_task_pretrain share.
+_MASKED_LM_CONSTRAINTS = {
+    "model": [str, HasMethods(["save_pretrained", "get_params"])],
+    "mlm_probability": [Interval(Real, 0, 1, closed="neither")],
+    "batch_size": [Interval(Integral, 1, None, closed="left")],
+    "learning_rate": [Interval(Real, 0, 1, closed="right")],
+    "weight_decay": [Interval(Real, 0, None, closed="left")],
+    "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
+    "device": [str],
+    "precision": [StrOptions({"auto", "fp32", "bf16", "fp16"})],
+    "verbose": ["verbose"],
+}
+
+
 @validate_params(
     {
+        **_MASKED_LM_CONSTRAINTS,
         "texts": ["array-like"],
         "output_dir": [str, os.PathLike],
-        "model": [str, HasMethods(["save_pretrained", "get_params"])],
-        "mlm_probability": [Interval(Real, 0, 1, closed="neither")],
         "whole_word_mask": ["boolean"],
         "max_steps": [Interval(Integral, 1, None, closed="left"), None],
         "max_epochs": [Interval(Integral, 1, None, closed="left")],
         "max_length": [Interval(Integral, 8, None, closed="left")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "learning_rate": [Interval(Real, 0, 1, closed="right")],
-        "weight_decay": [Interval(Real, 0, None, closed="left")],
-        "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
         "random_state": ["random_state"],
-        "device": [str],
-        "precision": [StrOptions({"auto", "fp32", "bf16", "fp16"})],
-        "verbose": ["verbose"],
     },
     prefer_skip_nested_validation=True,
 )
@@ -314,24 +321,23 @@ def further_pretrain(
     first, second = check_texts(texts, "texts")  # None, NaN: errors, not "None", "nan"
     texts = first + (second or [])
     seed = shared_seed(int(check_random_state(random_state).randint(2**31 - 1)))
-    tokenizer, mlm, features, history = _train_masked_lm_of(
-        model,
-        texts,
-        max_length=max_length,
-        whole_word_mask=whole_word_mask,
+    run = _MaskedLMRun(
         mlm_probability=mlm_probability,
-        seed=seed,
-        device=device,
-        precision=precision,
-        desc="Masked-LM pre-training",
-        max_epochs=max_epochs,
+        whole_word_mask=whole_word_mask,
         max_steps=max_steps,
+        max_epochs=max_epochs,
+        max_length=max_length,
         batch_size=batch_size,
         learning_rate=learning_rate,
         weight_decay=weight_decay,
         warmup_fraction=warmup_fraction,
+        seed=seed,
+        device=device,
+        precision=precision,
         verbose=verbose,
+        desc="Masked-LM pre-training",
     )
+    tokenizer, mlm, features, history = _train_masked_lm_of(model, texts, run)
     if verbose:
         curve = ", ".join(f"{loss:.3f}" for loss in history.loss_curve)
         steps = max_steps or max_epochs * math.ceil(len(features) / batch_size)
@@ -349,20 +355,12 @@ def further_pretrain(
 
 @validate_params(
     {
+        **_MASKED_LM_CONSTRAINTS,
         "backbone": [HasMethods(["load_state_dict", "state_dict"])],
         "texts": [list],
-        "model": [str, HasMethods(["save_pretrained", "get_params"])],
         "max_steps": [Interval(Integral, 1, None, closed="left")],
         "max_length": [Interval(Integral, 1, None, closed="left")],  # see masked_lm_windows
-        "mlm_probability": [Interval(Real, 0, 1, closed="neither")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "learning_rate": [Interval(Real, 0, 1, closed="right")],
-        "weight_decay": [Interval(Real, 0, None, closed="left")],
-        "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
         "seed": [Interval(Integral, 0, None, closed="left")],
-        "device": [str],
-        "precision": [StrOptions({"auto", "fp32", "bf16", "fp16"})],
-        "verbose": ["verbose"],
     },
     prefer_skip_nested_validation=True,
 )
@@ -451,22 +449,21 @@ def within_task_pretrain(
     >>> losses = within_task_pretrain(backbone, task_texts, model="bert-base-uncased",
     ...                               max_steps=100, max_length=128)  # doctest: +SKIP
     """
-    _, mlm, _, history = _train_masked_lm_of(
-        model,
-        texts,
+    run = _MaskedLMRun(
+        max_steps=max_steps,
         max_length=max_length,
         mlm_probability=mlm_probability,
-        seed=seed,
-        device=device,
-        precision=precision,
-        desc="Within-task masked-LM",
-        max_steps=max_steps,
         batch_size=batch_size,
         learning_rate=learning_rate,
         weight_decay=weight_decay,
         warmup_fraction=warmup_fraction,
+        seed=seed,
+        device=device,
+        precision=precision,
         verbose=verbose,
+        desc="Within-task masked-LM",
     )
+    _, mlm, _, history = _train_masked_lm_of(model, texts, run)
     result = backbone.load_state_dict(mlm.base_model.state_dict(), strict=False)
     left_out = [k for k in result.missing_keys + result.unexpected_keys if "pooler" not in k]
     if left_out:  # cannot happen for one checkpoint; guards against a mismatch
@@ -474,46 +471,67 @@ def within_task_pretrain(
     return history.loss_curve
 
 
-def _train_masked_lm_of(
-    model,
-    texts,
-    *,
-    max_length,
-    mlm_probability,
-    seed,
-    device,
-    precision,
-    desc,
-    whole_word_mask=False,
-    **loop,
-):
-    """Load ``model``'s masked-LM model (a new head drawn from ``seed``, the global RNGs left
-    as they were) and train it on the windows of ``texts``: the part that
+@dataclass(frozen=True)
+class _MaskedLMRun:
+    """The settings of one masked-LM training run, as :func:`further_pretrain` or
+    :func:`within_task_pretrain` validated them (see their parameters); what
+    :func:`_train_masked_lm_of` runs."""
+
+    max_steps: int | None  # None: max_epochs passes over the windows
+    max_length: int  # tokens per window, capped at the model's positions
+    mlm_probability: float
+    batch_size: int
+    learning_rate: float
+    weight_decay: float
+    warmup_fraction: float
+    seed: int  # the new head's initial weights, masking, dropout, batch order
+    device: str
+    precision: str
+    verbose: int
+    desc: str  # the progress bar's label
+    whole_word_mask: bool = False
+    max_epochs: int = TrainingConfig.max_epochs  # read only when max_steps is None
+
+    def training_config(self, device: torch.device, dtype) -> TrainingConfig:
+        """The loop's settings, on the resolved ``device`` and autocast ``dtype``."""
+        return TrainingConfig(
+            max_epochs=self.max_epochs,
+            max_steps=self.max_steps,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            weight_decay=self.weight_decay,
+            warmup_fraction=self.warmup_fraction,
+            verbose=self.verbose,
+            device=device,
+            dtype=dtype,
+        )
+
+
+def _train_masked_lm_of(model, texts, run: _MaskedLMRun):
+    """Load ``model``'s masked-LM model (a new head drawn from ``run.seed``, the global RNGs
+    left as they were) and train it on the windows of ``texts``: the part that
     :func:`further_pretrain` and :func:`within_task_pretrain` share.
 
-    ``max_length`` is capped at the model's positions; ``loop`` holds the
-    :class:`~skbert._training.loop.TrainingConfig` fields of the run (steps or epochs, batch
-    size, rates, warm-up, verbosity). Returns ``(tokenizer, mlm, features, history)``: the
-    trained model, its windows and the
+    Returns ``(tokenizer, mlm, features, history)``: the trained model, its windows and the
     :class:`~skbert._training.loop.TrainingHistory`.
     """
-    device = resolve_device(device)
-    resolve_precision(precision, device)  # a bad value fails before the model loads
+    device = resolve_device(run.device)
+    resolve_precision(run.precision, device)  # a bad value fails before the model loads
     with torch.random.fork_rng(devices=[]):  # a new masked-LM head's init: seeded too
-        torch.manual_seed(seed)
+        torch.manual_seed(run.seed)
         tokenizer, mlm = load_masked_lm(model)
-    dtype = resolve_precision(precision, device, training_flops=training_flops(mlm))
-    limit = getattr(mlm.config, "max_position_embeddings", max_length)
-    features = masked_lm_windows(tokenizer, texts, min(max_length, limit), whole_word_mask)
-    config = TrainingConfig(**loop, device=device, dtype=dtype)
+    dtype = resolve_precision(run.precision, device, training_flops=training_flops(mlm))
+    limit = getattr(mlm.config, "max_position_embeddings", run.max_length)
+    width = min(run.max_length, limit)
+    features = masked_lm_windows(tokenizer, texts, width, run.whole_word_mask)
     history = train_masked_lm(
         mlm,
         tokenizer,
         features,
-        config,
-        mlm_probability=mlm_probability,
-        whole_word_mask=whole_word_mask,
-        seed=seed,
-        desc=desc,
+        run.training_config(device, dtype),
+        mlm_probability=run.mlm_probability,
+        whole_word_mask=run.whole_word_mask,
+        seed=run.seed,
+        desc=run.desc,
     )
     return tokenizer, mlm, features, history
