@@ -54,9 +54,9 @@ n_outputs_ : int
     Targets per sample (columns of a 2-D ``y``, else 1).
 multioutput_ : bool
     Whether ``y`` was 2-D; :meth:`predict` then returns 2-D values (even for one column).
-target_mean_ : ndarray of shape (n_outputs_,)
+target_mean_ : ndarray of shape (n_outputs,)
     Mean of each target in ``fit`` (float64), subtracted before training.
-target_scale_ : ndarray of shape (n_outputs_,)
+target_scale_ : ndarray of shape (n_outputs,)
     Standard deviation of each target in ``fit`` (float64); the network predicts
     ``(y - target_mean_) / target_scale_``.
 loss_curve_ : list of float
@@ -328,7 +328,7 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
         Returns
         -------
         ndarray of shape (n_samples,) or (n_samples, n_outputs)
-            float64; 2-D when ``y`` was 2-D.
+            The predictions, in float64; 2-D when ``y`` was 2-D.
         """
         return self._in_units(self._network_outputs(X))
 
