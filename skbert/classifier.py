@@ -9,7 +9,7 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_class_weight
 
-from ._estimator.parameter_docs import document, numpydoc_entries
+from ._estimator.parameter_docs import FINE_TUNED_ATTRIBUTES, document, numpydoc_entries
 from ._estimator.supervised import SupervisedEstimator
 from ._estimator.targets import check_class_labels, check_validation_split
 from ._nn.backbone import DEFAULT_MODEL
@@ -65,22 +65,7 @@ validation_scores_ : list of float or None
 
 @document(
     own_parameters=_OWN_PARAMETERS,
-    attributes=(
-        "classes_",
-        "multilabel_",
-        "pairs_",
-        "loss_curve_",
-        "validation_scores_",
-        "best_validation_score_",
-        "n_iter_",
-        "mlm_loss_curve_",
-        "network_",
-        "tokenizer_",
-        "special_tokens_",
-        "readout_",
-        "max_length_",
-        "layers_",
-    ),
+    attributes=("classes_", "multilabel_", *FINE_TUNED_ATTRIBUTES),
     own_attributes=_OWN_ATTRIBUTES,
 )
 class BertTextClassifier(ClassifierMixin, SupervisedEstimator):

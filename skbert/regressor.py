@@ -13,7 +13,7 @@ from sklearn.base import RegressorMixin, _fit_context
 from sklearn.metrics import r2_score
 from sklearn.utils._param_validation import StrOptions
 
-from ._estimator.parameter_docs import document, numpydoc_entries
+from ._estimator.parameter_docs import FINE_TUNED_ATTRIBUTES, document, numpydoc_entries
 from ._estimator.supervised import SupervisedEstimator
 from ._estimator.targets import check_regression_targets, check_validation_split
 from ._nn.backbone import DEFAULT_MODEL
@@ -74,18 +74,7 @@ validation_scores_ : list of float or None
         "multioutput_",
         "target_mean_",
         "target_scale_",
-        "pairs_",
-        "loss_curve_",
-        "validation_scores_",
-        "best_validation_score_",
-        "n_iter_",
-        "mlm_loss_curve_",
-        "network_",
-        "tokenizer_",
-        "special_tokens_",
-        "readout_",
-        "max_length_",
-        "layers_",
+        *FINE_TUNED_ATTRIBUTES,
     ),
     own_attributes=_OWN_ATTRIBUTES,
 )

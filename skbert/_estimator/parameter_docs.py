@@ -20,7 +20,7 @@ import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from string import Template
 
-__all__ = ["ATTRIBUTES", "PARAMETERS", "document", "numpydoc_entries"]
+__all__ = ["ATTRIBUTES", "FINE_TUNED_ATTRIBUTES", "PARAMETERS", "document", "numpydoc_entries"]
 
 # A class docstring's sections are indented as the class body is.
 _INDENT = " " * 4
@@ -179,6 +179,24 @@ max_length_ : int
 layers_ : tuple of int
     The hidden states read, as non-negative indices.
 """
+)
+
+# The fitted attributes that the fine-tuned estimators (``SupervisedEstimator``) list after
+# their own, in this order (``loss_curve_`` and ``validation_scores_`` have a text of their own
+# in each).
+FINE_TUNED_ATTRIBUTES = (
+    "pairs_",
+    "loss_curve_",
+    "validation_scores_",
+    "best_validation_score_",
+    "n_iter_",
+    "mlm_loss_curve_",
+    "network_",
+    "tokenizer_",
+    "special_tokens_",
+    "readout_",
+    "max_length_",
+    "layers_",
 )
 
 
