@@ -132,7 +132,7 @@ def tiny_distilbert(tmp_path_factory) -> str:
         vocab_size=len(VOCAB), dim=16, n_layers=2, n_heads=2, hidden_dim=32,
         max_position_embeddings=64,
     )  # fmt: skip
-    return _save_tiny(tmp_path_factory, "tiny-distilbert", DistilBertModel, config)
+    return save_tiny(tmp_path_factory, "tiny-distilbert", DistilBertModel, config)
 
 
 @pytest.fixture(scope="session")
@@ -142,7 +142,7 @@ def tiny_mpnet(tmp_path_factory) -> str:
     from transformers import MPNetConfig, MPNetModel
 
     config = MPNetConfig(**{**SMALL, "max_position_embeddings": 80}, pad_token_id=0)
-    return _save_tiny(tmp_path_factory, "tiny-mpnet", MPNetModel, config)
+    return save_tiny(tmp_path_factory, "tiny-mpnet", MPNetModel, config)
 
 
 @pytest.fixture(scope="session")
@@ -156,7 +156,7 @@ def tiny_deberta(tmp_path_factory) -> str:
         share_att_key=True, pos_att_type=["p2c", "c2p"], max_relative_positions=-1,
         position_biased_input=False, type_vocab_size=0,
     )  # fmt: skip
-    return _save_tiny(tmp_path_factory, "tiny-deberta", DebertaV2Model, config)
+    return save_tiny(tmp_path_factory, "tiny-deberta", DebertaV2Model, config)
 
 
 @pytest.fixture(scope="session")
@@ -170,7 +170,7 @@ def tiny_modernbert(tmp_path_factory) -> str:
         intermediate_size=32, max_position_embeddings=64, local_attention=8, pad_token_id=0,
         bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
     )  # fmt: skip
-    return _save_tiny(tmp_path_factory, "tiny-modernbert", ModernBertModel, config)
+    return save_tiny(tmp_path_factory, "tiny-modernbert", ModernBertModel, config)
 
 
 @pytest.fixture(scope="session", params=["bert", "albert"])
