@@ -66,6 +66,14 @@ def label_key(label: str) -> str:
     return " ".join(label.lower().split())
 
 
+def full_key(label: str) -> str:
+    """:func:`label_key` with the parenthesised notes kept: "bi-encoder, fine-tuned (CNN)" and
+    "bi-encoder, fine-tuned (SBERT mean)", the same row for :func:`label_key`, differ here."""
+    label = re.sub(r"(?<=\d),(?=\d{3}\b)", "", label)
+    label = re.sub(r"[`*\[\](),]", " ", label)
+    return " ".join(label.lower().split())
+
+
 def recorded_rows(text: str) -> dict[str, list[float]]:
     """The table rows of a recorded output: ``{label_key(label): [numbers...]}``.
 
@@ -73,13 +81,18 @@ def recorded_rows(text: str) -> dict[str, list[float]]:
     label and every number of the others is read (a "± 1.8" spread too), in order. Lines with
     no number after the label (headings, prose) are left out.
     """
-    rows = {}
+    found = []
     for line in text.splitlines():
         columns = re.split(r"\s{2,}", line.strip())
         numbers = [float(v) for v in _NUMBER.findall(" ".join(columns[1:]))]
         if len(columns) > 1 and numbers:
-            rows[label_key(columns[0])] = numbers
-    return rows
+            found.append((columns[0], numbers))
+    keys = [label_key(label) for label, _ in found]
+    # rows that read as one label_key are told apart by their notes (full_key)
+    return {
+        (key if keys.count(key) == 1 else full_key(label)): numbers
+        for key, (label, numbers) in zip(keys, found, strict=True)
+    }
 
 
 def _rows(example: str) -> dict[str, list[float]]:
@@ -114,6 +127,23 @@ def stsb_zero_shot(ax):
     ax.set_ylabel("Spearman x100")
     ax.set_title("Zero-shot STS-B by pooling")
     return {"-1": values}
+
+
+def stsb_cross_encoder(ax):
+    # STS-B test Spearman x100 of the four ways to score a pair (the "here" column, in order)
+    table = recorded_output("stsb_cross_encoder").split("published", 1)[1]
+    rows = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines()]
+    names = ["frozen\nbi-enc.", "SBERT\nmean", "SBERT\nCNN", "cross-\nencoder"]
+    # a row is "label  here  published"; a wrapped published text has no "here" of its own
+    values = [float(row[1]) for row in rows if len(row) > 2 and _NUMBER.fullmatch(row[1])]
+    if len(values) != len(names):
+        raise LookupError(f"stsb_cross_encoder: {len(values)} rows recorded, {len(names)} drawn")
+    bars = ax.bar(names, values, color=[BLUE, ORANGE, ORANGE, GREEN], width=0.6)
+    _bar_labels(ax, bars, [f"{v:.1f}" for v in values])
+    ax.set_ylim(min(60, min(values) - 5), max(values) + 6)
+    ax.set_ylabel("Spearman x100")
+    ax.set_title("STS-B: bi-encoders and a cross-encoder")
+    return {"values": values}
 
 
 def long_texts(ax):
@@ -192,6 +222,7 @@ def fine_tune_torchrun(ax):
 
 THUMBNAILS = {
     "thumb_stsb_zero_shot.png": stsb_zero_shot,
+    "thumb_stsb_cross_encoder.png": stsb_cross_encoder,
     "thumb_long_texts_sun2019.png": long_texts,
     "thumb_layer_lr_decay_sun2019.png": layer_lr_decay,
     "thumb_itpt_imdb_sun2019.png": itpt_imdb,
