@@ -95,7 +95,9 @@ def test_guide_page_links_to_other_pages(page):
 
 
 @pytest.mark.parametrize("page", GUIDE_PAGES, ids=lambda p: p.name)
-@pytest.mark.parametrize("estimator", ["BertSentenceTransformer", "BertTextClassifier"])
+@pytest.mark.parametrize(
+    "estimator", ["BertSentenceTransformer", "BertTextClassifier", "BertTextRegressor"]
+)
 def test_guide_page_naming_an_estimator_links_to_its_api_page(page, estimator):
     text = page.read_text("utf-8")
     if estimator not in text:
