@@ -345,7 +345,7 @@ def test_repeated_texts_and_pairs_count_in_the_truncation_report(tiny_bert):
 def test_each_product_computes_a_row_from_that_row_alone(kind, dtype):
     """A row's bits depend neither on the other rows of the tile nor on its place in it, for
     every product of the tiled layers (the property that makes tiles of mixed blocks exact),
-    and each product computes what it says."""
+    with a bias or without, and each product computes what it says."""
     products = {Blas.name: Blas, OneDnn.name: OneDnn}[kind]
     generator = torch.Generator().manual_seed(0)
     tile, width, out = 24, 40, 56
@@ -365,10 +365,13 @@ def test_each_product_computes_a_row_from_that_row_alone(kind, dtype):
             products.linear(x, weight, bias, torch.empty((tile, out), dtype=dtype)),
             products.linear_add(x, residual, weight, bias, torch.empty((tile, out), dtype=dtype)),
             products.linear_gelu(x, weight, bias, torch.empty((tile, out), dtype=dtype)),
+            products.linear_mul(x, residual, weight, bias, torch.empty((tile, out), dtype=dtype)),
+            products.linear(x, weight, None, torch.empty((tile, out), dtype=dtype)),
         ]
 
     product = first.float() @ raw.float().t() + bias.float()
     wanted = [product, product + res_first.float(), torch.nn.functional.gelu(product)]
+    wanted += [product * res_first.float(), product - bias.float()]
     tolerance = 1e-5 if dtype == torch.float32 else 3e-2
     for a, b, want in zip(each(first, res_first), each(second, res_second), wanted, strict=True):
         assert a.dtype == dtype and a.shape == (tile, out)
