@@ -64,6 +64,7 @@ def _blocks(vocab, shapes, seed=0, token_types=True):
 #: the tiny checkpoints of each family with a fast path, and the family it must be read as
 FAMILY_OF = {
     "tiny_bert": "bert",
+    "tiny_roberta": "bert",
     "tiny_distilbert": "distilbert",
     "tiny_mpnet": "mpnet",
     "tiny_deberta": "deberta-v2",
