@@ -109,16 +109,18 @@ def test_tiny_models_alone_equal_together(tiny_model):
 @pytest.mark.parametrize(
     "name, tiled",
     [
+        ("tiny_roberta", True),
         ("tiny_distilbert", True),
         ("tiny_mpnet", True),
         ("tiny_deberta", True),
-        ("tiny_modernbert", False),
+        ("tiny_modernbert", True),
+        ("tiny_albert_unigram", False),
     ],
 )
 def test_each_family_gives_a_text_alone_the_bits_it_gets_among_30(request, name, tiled, precision):
     """One text alone equals the same text in a call of 30, bit for bit, on the tiled path
-    (DistilBERT, MPNet, DeBERTa) and on the transformers forward of a family without one
-    (ModernBERT)."""
+    (RoBERTa, DistilBERT, MPNet, DeBERTa, ModernBERT) and on the transformers forward of a
+    family without one (ALBERT), each through its own kind of tokenizer (conftest.py)."""
     from skbert._inference.cpu.tiled_layers import _PLANS
 
     X = sentences(30, seed=7, longest=25)

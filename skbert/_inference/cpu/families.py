@@ -1,10 +1,13 @@
 """The encoder families the tiled CPU layers know: where each keeps the parts of a layer.
 
-:mod:`skbert._inference.cpu.tiled_layers` is one engine for post-norm transformer layers with
-exact GELU: query/key/value projections, attention, an output projection added to the input
-and layer-normed, a feed-forward pair added and layer-normed again. The families differ in
-where their modules keep these parts and in what attention adds to its scores; a
-:class:`Family` maps one family's backbone to the engine's pieces:
+:mod:`skbert._inference.cpu.tiled_layers` is one engine for transformer layers with exact
+GELU: query/key/value projections, attention, an output projection added to the input, a
+feed-forward pair added again, with a layer norm after each sum (post-norm: BERT) or before
+attention and the feed-forward pair (pre-norm: ModernBERT, whose stack ends in a final norm).
+The families differ in where their modules keep these parts, in what attention does to its
+queries and keys (rotary positions) and adds to its scores, and in the feed-forward pair
+(plain, or ModernBERT's gated GELU); a :class:`Family` maps one family's backbone to the
+engine's pieces:
 
 - BERT (and what shares its modules: RoBERTa, MiniLM, ...): ``encoder.layer[i].attention.self``
   and so on;
@@ -15,7 +18,12 @@ where their modules keep these parts and in what attention adds to its scores; a
   the backbone's own ``encoder.compute_position_bias``;
 - DeBERTa-v2 / v3: BERT's layer with ``query_proj`` and so on, and disentangled attention:
   scores from the relative position embeddings added to the content scores, which depend on
-  the block's queries and keys (:class:`DebertaV2`).
+  the block's queries and keys (:class:`DebertaV2`);
+- ModernBERT: pre-norm layers (``layers[i].attn.Wqkv``, one projection for query, key and
+  value; no norm before the first layer's attention), a gated GELU feed-forward pair
+  (``mlp.Wi`` makes two halves, GELU of the first times the second, into ``mlp.Wo``), usually
+  no biases, rotary positions with their own base for global and local layers, local layers
+  that attend within a sliding window, and a final norm (:class:`ModernBert`).
 
 A family is recognised by its structure (the modules are there, of the expected types, and
 the config says exact GELU); the engine then checks its output against the transformers forward
@@ -31,21 +39,30 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["FAMILIES", "Family", "LayerParts", "family_of"]
+__all__ = ["FAMILIES", "Family", "LayerParts", "ModernBert", "family_of"]
 
 
 @dataclass(frozen=True)
 class LayerParts:
-    """The modules of one post-norm layer, as the engine reads them."""
+    """The modules of one layer, as the engine reads them.
 
-    query: nn.Linear
-    key: nn.Linear
-    value: nn.Linear
+    ``projections`` are the query, key and value projections, or one projection that makes
+    all three (its outputs query, key and value laid end to end, as ModernBERT's ``Wqkv``).
+    ``pre_norm``: ``attention_norm`` (None: no norm, as before ModernBERT's first attention)
+    normalises the layer's input before the projections and ``output_norm`` the sum before
+    the feed-forward pair, whose output is added to that sum un-normed; else (post-norm) they
+    normalise the two sums. ``gated``: ``inner`` makes two halves, and what goes into
+    ``output`` is GELU of the first times the second; else GELU of all of it.
+    """
+
+    projections: tuple
     attention_output: nn.Linear
-    attention_norm: nn.LayerNorm
+    attention_norm: nn.LayerNorm | None
     inner: nn.Linear
     output: nn.Linear
     output_norm: nn.LayerNorm
+    pre_norm: bool = False
+    gated: bool = False
 
 
 class Family(ABC):
@@ -77,12 +94,28 @@ class Family(ABC):
         return head_size**-0.5
 
     def score_bias(self, backbone):
-        """None, or a function ``(layer index, query, key, length, memo) -> tensor`` of what
-        attention adds to its scaled scores in a block: query and key in float32, of shape
-        ``(rows, heads, length, head size)``, the result broadcastable to ``(rows, heads,
-        length, length)``; ``memo`` is a dict of one tiled forward, for what does not depend on
-        the block's rows (computed once per block length or per layer)."""
+        """None, or a function ``(layer index, query, key, length, memo) -> tensor or None``
+        of what attention adds to its scaled scores in a block: query and key in float32, of
+        shape ``(rows, heads, length, head size)``, the result broadcastable to ``(rows,
+        heads, length, length)`` (a boolean one: which scores are kept; None: nothing);
+        ``memo`` is a dict of one tiled forward, for what does not depend on the block's rows
+        (computed once per block length or per layer)."""
         return None
+
+    def rotation(self, backbone):
+        """None, or a function ``(layer index, query, key, length, memo) -> (query, key)`` that
+        attention applies to a block's queries and keys (float32, ``(rows, heads, length, head
+        size)``) before their scores: rotary positions."""
+        return None
+
+    def final_norm(self, backbone):
+        """The ``nn.LayerNorm`` applied to the last layer's output, or None."""
+        return None
+
+    def probe_length(self, config) -> int:
+        """Tokens per row of the probe the engine checks against the transformers forward:
+        enough for every part of the math to show (a sliding window's edge)."""
+        return 6
 
     def fits(self, backbone) -> bool:
         """Whether ``backbone`` has this family's structure."""
@@ -104,16 +137,33 @@ class Family(ABC):
             parts = self.parts(layer)
         except AttributeError:
             return False
-        linears = (parts.query, parts.key, parts.value, parts.attention_output)
-        linears += (parts.inner, parts.output)
-        norms = (parts.attention_norm, parts.output_norm)
-        if not all(type(m) is nn.Linear and m.bias is not None for m in linears):
+        projections = tuple(parts.projections)
+        linears = (*projections, parts.attention_output, parts.inner, parts.output)
+        if not all(type(m) is nn.Linear for m in linears):
             return False
-        if not all(type(n) is nn.LayerNorm and n.elementwise_affine for n in norms):
+        if len({m.bias is None for m in projections}) != 1:  # biases on all or on none
             return False
-        if norms[0].eps != norms[1].eps or norms[0].normalized_shape != (hidden,):
+        if sum(m.out_features for m in projections) != 3 * hidden:
+            return False
+        inner = parts.output.in_features * (2 if parts.gated else 1)
+        if parts.inner.out_features != inner or parts.attention_output.out_features != hidden:
+            return False
+        norms = [parts.output_norm]
+        if parts.attention_norm is not None or not parts.pre_norm:
+            norms.append(parts.attention_norm)
+        if not all(_plain_norm(n, hidden) for n in norms):
             return False
         return not hasattr(layer, "crossattention")
+
+
+def _plain_norm(norm, hidden: int) -> bool:
+    """Whether ``norm`` is an ``nn.LayerNorm`` over ``hidden`` with its weight (and maybe a
+    bias), as the engine computes it."""
+    return (
+        type(norm) is nn.LayerNorm
+        and norm.elementwise_affine
+        and tuple(norm.normalized_shape) == (hidden,)
+    )
 
 
 class Bert(Family):
@@ -129,11 +179,9 @@ class Bert(Family):
 
     def parts(self, layer) -> LayerParts:
         attention = layer.attention
-        query, key, value = (getattr(attention.self, name) for name in self.projections)
+        projections = tuple(getattr(attention.self, name) for name in self.projections)
         return LayerParts(
-            query,
-            key,
-            value,
+            projections,
             attention.output.dense,
             attention.output.LayerNorm,
             layer.intermediate.dense,
@@ -157,9 +205,7 @@ class DistilBert(Family):
     def parts(self, layer) -> LayerParts:
         attention, ffn = layer.attention, layer.ffn
         return LayerParts(
-            attention.q_lin,
-            attention.k_lin,
-            attention.v_lin,
+            (attention.q_lin, attention.k_lin, attention.v_lin),
             attention.out_lin,
             layer.sa_layer_norm,
             ffn.lin1,
@@ -190,9 +236,7 @@ class MPNet(Family):
     def parts(self, layer) -> LayerParts:
         attention = layer.attention
         return LayerParts(
-            attention.attn.q,
-            attention.attn.k,
-            attention.attn.v,
+            (attention.attn.q, attention.attn.k, attention.attn.v),
             attention.attn.o,
             attention.LayerNorm,
             layer.intermediate.dense,
@@ -322,8 +366,99 @@ def _reached(index: torch.Tensor) -> tuple:
     return index - first, slice(first, last + 1)
 
 
+class ModernBert(Family):
+    """ModernBERT: pre-norm layers with a gated GELU, rotary positions, local (sliding window)
+    and global attention, a final norm.
+
+    A layer's kind is ``config.layer_types[i]`` (``"full_attention"`` or
+    ``"sliding_attention"``), as transformers reads it: the kind picks the rotary table (each
+    kind has its own base, ``rope_parameters``), computed once per block length by the
+    backbone's own ``rotary_emb``, and a local layer keeps only the scores of tokens at most
+    ``config.sliding_window`` apart (half of ``local_attention``; a block no longer than that
+    plus one is attended whole). ``hidden_states`` end, as transformers gives them from 5.0
+    on, in the final norm of the last layer's output.
+    """
+
+    name = "modernbert"
+
+    #: the kinds of layer transformers knows, and the one with a sliding window
+    kinds = ("full_attention", "sliding_attention")
+    local = "sliding_attention"
+
+    def layers(self, backbone):
+        if not isinstance(getattr(backbone, "final_norm", None), nn.LayerNorm):
+            return None
+        if not callable(getattr(backbone, "rotary_emb", None)):
+            return None  # before transformers 5, every attention had its own
+        return getattr(backbone, "layers", None)
+
+    def parts(self, layer) -> LayerParts:
+        attention, mlp, norm = layer.attn, layer.mlp, layer.attn_norm
+        return LayerParts(
+            (attention.Wqkv,),
+            attention.Wo,
+            None if type(norm) is nn.Identity else norm,
+            mlp.Wi,
+            mlp.Wo,
+            layer.mlp_norm,
+            pre_norm=True,
+            gated=True,
+        )
+
+    def config_fits(self, config) -> bool:
+        kinds = list(getattr(config, "layer_types", None) or [])
+        return (
+            getattr(config, "hidden_activation", None) == "gelu"
+            and len(kinds) == getattr(config, "num_hidden_layers", -1)
+            and set(kinds) <= set(self.kinds)
+            and isinstance(getattr(config, "sliding_window", None), int)
+        )
+
+    def final_norm(self, backbone):
+        return backbone.final_norm
+
+    def probe_length(self, config) -> int:
+        return max(super().probe_length(config), config.sliding_window + 2)
+
+    def rotation(self, backbone):
+        rotary, kinds = backbone.rotary_emb, list(backbone.config.layer_types)
+
+        def rotate(index, query, key, length, memo) -> tuple:
+            where = ("rotary", kinds[index], length)
+            if where not in memo:
+                stand_in = torch.empty((1, length, 0), device=query.device)  # float32
+                positions = torch.arange(length, device=query.device).unsqueeze(0)
+                cos, sin = rotary(stand_in, positions, kinds[index])
+                memo[where] = (cos.float().unsqueeze(1), sin.float().unsqueeze(1))
+            cos, sin = memo[where]
+            return _rotated(query, cos, sin), _rotated(key, cos, sin)
+
+        return rotate
+
+    def score_bias(self, backbone):
+        kinds, window = list(backbone.config.layer_types), backbone.config.sliding_window
+
+        def bias(index, query, key, length, memo):
+            if kinds[index] != self.local or length <= window + 1:
+                return None  # every pair within the window
+            where = ("window", length)
+            if where not in memo:
+                positions = torch.arange(length, device=query.device)
+                memo[where] = (positions[:, None] - positions[None, :]).abs() <= window
+            return memo[where]
+
+        return bias
+
+
+def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary positions on ``x`` (``(rows, heads, length, head size)``): each half of a head
+    rotated with the other, ``x * cos + (-second, first) * sin``."""
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-second, first), dim=-1) * sin
+
+
 #: the families in the order they are tried (the first whose structure fits is taken)
-FAMILIES = (Bert(), DistilBert(), MPNet(), DebertaV2())
+FAMILIES = (Bert(), DistilBert(), MPNet(), DebertaV2(), ModernBert())
 
 
 def family_of(backbone) -> Family | None:

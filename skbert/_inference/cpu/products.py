@@ -3,7 +3,7 @@
 :mod:`skbert._inference.cpu.tiled_layers` runs every product of a BERT layer on tiles of a
 fixed number of tokens, so a weight can be laid out once for that tile size in the form the product
 kernel reads fastest, and a product can carry the operation that follows it (the bias, a residual
-sum, GELU). oneDNN, which PyTorch ships for its CPU build, offers both
+sum, GELU, a gate's product). oneDNN, which PyTorch ships for its CPU build, offers both
 (``torch.ops.mkldnn._linear_pointwise`` on a weight from ``_reorder_linear_weight``); torch's
 default BLAS (MKL) offers neither but is the better kernel on some CPUs.
 
@@ -50,26 +50,36 @@ class Blas:
 
     @staticmethod
     def linear(x, weight, bias, out):
-        """``x @ W.T + b``, written into ``out`` (returned)."""
+        """``x @ W.T + b`` (``b`` None: no bias), written into ``out`` (returned)."""
+        if bias is None:
+            return torch.mm(x, weight, out=out)
         return torch.addmm(bias, x, weight, out=out)
 
     @staticmethod
     def linear_add(x, residual, weight, bias, out):
         """``x @ W.T + b + residual``, in ``out`` or a new tensor (returned)."""
-        torch.addmm(bias, x, weight, out=out)
+        Blas.linear(x, weight, bias, out)
         out += residual
         return out
 
     @staticmethod
     def linear_gelu(x, weight, bias, out):
         """``gelu(x @ W.T + b)`` (exact GELU), in ``out`` or a new tensor (returned)."""
-        torch.addmm(bias, x, weight, out=out)
+        Blas.linear(x, weight, bias, out)
         return torch.ops.aten.gelu_(out)
+
+    @staticmethod
+    def linear_mul(x, other, weight, bias, out):
+        """``(x @ W.T + b) * other`` (a gate), in ``out`` (not ``other``) or a new tensor
+        (returned)."""
+        Blas.linear(x, weight, bias, out)
+        out *= other
+        return out
 
 
 class OneDnn:
-    """Products through oneDNN on weights prepacked for the tile size, the bias, residual sum
-    and GELU fused into the product."""
+    """Products through oneDNN on weights prepacked for the tile size, the bias, residual sum,
+    GELU and gate fused into the product."""
 
     name = "onednn"
 
@@ -99,6 +109,10 @@ class OneDnn:
     @staticmethod
     def linear_gelu(x, weight, bias, out):
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "gelu", [], "none")
+
+    @staticmethod
+    def linear_mul(x, other, weight, bias, out):
+        return torch.ops.mkldnn._linear_pointwise.binary(x, other, weight, bias, "mul")
 
 
 _KINDS = {kind.name: kind for kind in (Blas, OneDnn)}

@@ -13,9 +13,10 @@ contract stated in :mod:`skbert._inference.predict`). On a
 2-core CPU this runs all-MiniLM-L6-v2 about 18% faster per core than PyTorch's fused
 inference kernel for transformer layers on the same blocks.
 
-The path is only taken for a backbone whose structure it knows (a post-norm encoder with exact
-GELU of a family in :mod:`skbert._inference.cpu.families`: BERT, RoBERTa, MiniLM, DistilBERT,
-MPNet, DeBERTa-v2/v3, ...), whose output it has checked against the
+The path is only taken for a backbone whose structure it knows (an encoder with exact GELU of a
+family in :mod:`skbert._inference.cpu.families`: the post-norm BERT, RoBERTa, MiniLM,
+DistilBERT, MPNet, DeBERTa-v2/v3, ..., and the pre-norm ModernBERT with its gated GELU, rotary
+positions and sliding windows), whose output it has checked against the
 transformers forward on a probe input (within the tolerance of its precision), on the CPU, in
 float32 or bfloat16 (the copy of the network that ``precision="bf16"`` predicts with), and
 never while training: anything else runs the transformers forward block by block. The matrix
@@ -90,10 +91,13 @@ class _Plan:
         self.dtype = next(backbone.parameters()).dtype
         self.products = products_for_this_cpu()
         self.bias = family.score_bias(backbone)
+        self.rotate = family.rotation(backbone)
         self.scale = family.score_scale(backbone.config, self.hidden // self.heads)
         self.layers = [
             _LayerWeights(family.parts(layer), self.products) for layer in family.layers(backbone)
         ]
+        final = family.final_norm(backbone)
+        self.final_norm = None if final is None else _norm_of(final)
 
     def run(self, backbone, blocks, all_states, tile):
         spans, start = [], 0  # per block: (first token, real rows, length, rows)
@@ -112,7 +116,7 @@ class _Plan:
             states[begin : begin + n_real * length] = embedded.reshape(-1, self.hidden)
         inner = max(layer.inner_size for layer in self.layers)
         work = _Buffers(total, self.hidden, start, tile, inner, self.dtype)
-        work.bias, work.scale = self.bias, self.scale
+        work.bias, work.rotate, work.scale = self.bias, self.rotate, self.scale
         every = [states] if all_states else None
         spare = None if all_states else torch.empty_like(states)
         for index, layer in enumerate(self.layers):
@@ -123,6 +127,12 @@ class _Plan:
             if every is not None:
                 every.append(states)
         last = states
+        if self.final_norm is not None:  # in the last of the hidden states, as transformers
+            last = torch.empty_like(states) if all_states else spare
+            for begin in range(0, len(states), tile):
+                _norm(
+                    states[begin : begin + tile], self.final_norm, last[begin : begin + tile], work
+                )
         outputs = []
         for span in spans:
             block_last = _block_states(last, span)
@@ -148,12 +158,14 @@ class _Buffers:
         self.attended = torch.empty((tile, hidden), dtype=dtype)
         self.normed = torch.empty((tile, hidden), dtype=dtype)
         self.inner = torch.empty((tile, inner), dtype=dtype)
+        self.gated = torch.empty((tile, inner), dtype=dtype)
         self.result = torch.empty((tile, hidden), dtype=dtype)
         self.mean = torch.empty((tile, 1), dtype=dtype)
         self.rstd = torch.empty((tile, 1), dtype=dtype)
-        # attention's extra scores (a family's score_bias, or None), the scale of its
-        # scores, the layer running and what the extra scores keep for the whole forward
-        self.bias, self.scale, self.layer, self.memo = None, None, 0, {}
+        # attention's extra scores (a family's score_bias, or None), its rotation of queries
+        # and keys (or None), the scale of its scores, the layer running and what the extra
+        # scores and rotations keep for the whole forward
+        self.bias, self.rotate, self.scale, self.layer, self.memo = None, None, None, 0, {}
 
 
 def _block_states(states, span):
@@ -164,34 +176,42 @@ def _block_states(states, span):
 
 
 class _LayerWeights:
-    """One post-norm layer with exact GELU as the tiled forward runs it, from its ``parts``
+    """One layer with exact GELU as the tiled forward runs it, post-norm or pre-norm, plain or
+    gated feed-forward pair, from its ``parts``
     (:class:`~skbert._inference.cpu.families.LayerParts`), its products done by ``products``
     (:mod:`skbert._inference.cpu.products`) on weights packed for the tile size."""
 
     def __init__(self, parts, products):
-        projections = (parts.query, parts.key, parts.value)
+        projections = tuple(parts.projections)
         self.products = products
+        self.pre_norm, self.gated = parts.pre_norm, parts.gated
+        inner_weight, inner_bias = parts.inner.weight, parts.inner.bias
+        if self.gated:  # the halves as two products: GELU of the first, times the second
+            inner_weight = inner_weight.chunk(2)
+            inner_bias = (None, None) if inner_bias is None else inner_bias.chunk(2)
+        else:
+            inner_weight, inner_bias = (inner_weight,), (inner_bias,)
         self.weights = (  # as nn.Linear holds them: (out, in)
             torch.cat([p.weight for p in projections]),
             parts.attention_output.weight,
-            parts.inner.weight,
+            *inner_weight,
             parts.output.weight,
         )
+        biases = [p.bias for p in projections]
         self.biases = (
-            torch.cat([p.bias for p in projections]),
+            None if biases[0] is None else torch.cat(biases),
             parts.attention_output.bias,
-            parts.inner.bias,
+            *inner_bias,
             parts.output.bias,
         )
-        self.inner_size = self.weights[2].shape[0]
-        first, second = parts.attention_norm, parts.output_norm
-        self.norms = ((first.weight, first.bias), (second.weight, second.bias))
-        self.eps = first.eps
+        self.inner_size = parts.output.weight.shape[1]
+        first = parts.attention_norm
+        self.norms = (None if first is None else _norm_of(first), _norm_of(parts.output_norm))
         self._packed = {}  # tile -> the weights packed for it (the latest tile size only)
         self._lock = threading.Lock()
 
     def packed(self, tile: int) -> tuple:
-        """The four weights laid out for products on ``tile`` tokens (kept for the next call
+        """The weights laid out for products on ``tile`` tokens (kept for the next call
         with the same tile size)."""
         with self._lock:
             packed = self._packed.get(tile)
@@ -205,12 +225,17 @@ class _LayerWeights:
         shape ``(tokens, hidden)``: the tokens of ``spans``, then the filling), tile by tile."""
         hidden = states.shape[1]
         products = self.products
-        qkv_weight, out_weight, inner_weight, output_weight = self.packed(tile)
-        qkv_bias, out_bias, inner_bias, output_bias = self.biases
-        qkv, context = work.qkv, work.context
+        packed = self.packed(tile)
+        qkv_weight, out_weight, output_weight = packed[0], packed[1], packed[-1]
+        qkv_bias, out_bias, output_bias = self.biases[0], self.biases[1], self.biases[-1]
+        first_norm, second_norm = self.norms
+        qkv, context, normed = work.qkv, work.context, work.normed
         for begin in range(0, len(states), tile):
             end = begin + tile
-            products.linear(states[begin:end], qkv_weight, qkv_bias, qkv[begin:end])
+            source = states[begin:end]
+            if self.pre_norm and first_norm is not None:
+                source = _norm(source, first_norm, normed, work)
+            products.linear(source, qkv_weight, qkv_bias, qkv[begin:end])
         for begin, n_real, length, rows in spans:
             end = begin + n_real * length
             part = qkv[begin:end].view(n_real, length, 3, heads, hidden // heads)
@@ -218,36 +243,64 @@ class _LayerWeights:
                 part = part[torch.arange(rows) % n_real]
             out = context[begin:end].view(n_real, length, heads, hidden // heads)
             out.copy_(_attend(part, work, length)[:n_real].transpose(1, 2))
-        (norm1_weight, norm1_bias), (norm2_weight, norm2_bias) = self.norms
-        shape, eps = (hidden,), self.eps
-        normed = work.normed
-        stats = {"out1": work.mean, "out2": work.rstd}
         for begin in range(0, len(states), tile):
             end = begin + tile
             attended = products.linear_add(
                 context[begin:end], states[begin:end], out_weight, out_bias, work.attended
             )
-            _layer_norm(attended, shape, norm1_weight, norm1_bias, eps, out0=normed, **stats)
-            inner = products.linear_gelu(normed, inner_weight, inner_bias, work.inner)
-            result = products.linear_add(inner, normed, output_weight, output_bias, work.result)
             output = target[begin:end]
-            _layer_norm(result, shape, norm2_weight, norm2_bias, eps, out0=output, **stats)
+            if self.pre_norm:  # x + attention, then + the feed-forward pair of its norm
+                inner = self._inner(_norm(attended, second_norm, normed, work), packed, work)
+                result = products.linear_add(inner, attended, output_weight, output_bias, output)
+                if result is not output:
+                    output.copy_(result)
+            else:  # the norm of x + attention, then the norm of that + its feed-forward pair
+                _norm(attended, first_norm, normed, work)
+                inner = self._inner(normed, packed, work)
+                result = products.linear_add(inner, normed, output_weight, output_bias, work.result)
+                _norm(result, second_norm, output, work)
+
+    def _inner(self, normed, packed, work):
+        """The feed-forward pair's inner states of one tile: GELU of its product, or (gated)
+        GELU of the first half times the second."""
+        products = self.products
+        if not self.gated:
+            return products.linear_gelu(normed, packed[2], self.biases[2], work.inner)
+        gelu = products.linear_gelu(normed, packed[2], self.biases[2], work.inner)
+        return products.linear_mul(normed, gelu, packed[3], self.biases[3], work.gated)
+
+
+def _norm_of(norm) -> tuple:
+    """``(weight, bias or None, eps)`` of an ``nn.LayerNorm``."""
+    return norm.weight, norm.bias, norm.eps
+
+
+def _norm(x, norm, out, work):
+    """The layer norm ``norm`` (:func:`_norm_of`) of the tile ``x``, written into ``out``
+    (returned)."""
+    weight, bias, eps = norm
+    _layer_norm(x, (x.shape[1],), weight, bias, eps, out0=out, out1=work.mean, out2=work.rstd)
+    return out
 
 
 def _attend(part, work, length):
     """Attention of one block from its ``(rows, length, 3, heads, head size)`` projections:
-    ``(rows, heads, length, head size)``. Where the family adds to the scores
-    (``work.bias``: MPNet's relative positions, DeBERTa's disentangled scores), that is added
-    to the scores scaled by ``work.scale``. bfloat16 projections are attended in float32: on a
-    2-core AVX512-BF16 EPYC, PyTorch's CPU attention kernel is slower in bfloat16 than the cast
-    and float32 kernel (the bf16 ``transform`` of the 2,758 STS-B test sentences took 2.74 s
-    with bfloat16 attention, 2.58 s with this), and float32 is the more accurate."""
+    ``(rows, heads, length, head size)``. Where the family rotates queries and keys
+    (``work.rotate``: ModernBERT's rotary positions), that comes first; where it adds to the
+    scores (``work.bias``: MPNet's relative positions, DeBERTa's disentangled scores,
+    ModernBERT's sliding window), that is added to the scores scaled by ``work.scale``.
+    bfloat16 projections are attended in float32: on a 2-core AVX512-BF16 EPYC, PyTorch's CPU
+    attention kernel is slower in bfloat16 than the cast and float32 kernel (the bf16
+    ``transform`` of the 2,758 STS-B test sentences took 2.74 s with bfloat16 attention,
+    2.58 s with this), and float32 is the more accurate."""
     if part.dtype != torch.float32:
         part = part.float()
     query, key, value = part.permute(2, 0, 3, 1, 4).unbind(0)
-    if work.bias is None:
+    if work.bias is None and work.rotate is None:
         return F.scaled_dot_product_attention(query, key, value)
-    extra = work.bias(work.layer, query, key, length, work.memo)
+    if work.rotate is not None:
+        query, key = work.rotate(work.layer, query, key, length, work.memo)
+    extra = None if work.bias is None else work.bias(work.layer, query, key, length, work.memo)
     return F.scaled_dot_product_attention(query, key, value, attn_mask=extra, scale=work.scale)
 
 
@@ -276,7 +329,8 @@ def _signature(backbone):
 def _agrees(backbone, plan) -> bool:
     """The tiled path's states match the transformers forward's on a small probe block."""
     vocab = getattr(backbone.config, "vocab_size", 100) or 100
-    probe = (torch.arange(12).reshape(2, 6) * 7 + 3) % vocab
+    length = plan.family.probe_length(backbone.config)
+    probe = (torch.arange(2 * length).reshape(2, length) * 7 + 3) % vocab
     reference = backbone(input_ids=probe, output_hidden_states=True, return_dict=True)
     tiled = plan.run(backbone, [(probe, None, len(probe))], True, 16)[0]
     tolerance = _CHECK_TOLERANCE[plan.dtype]
