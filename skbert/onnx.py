@@ -14,6 +14,7 @@ use of ``skbert.export_onnx``.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import logging
 import os
@@ -131,6 +132,12 @@ def export_onnx(estimator, path, *, opset=None):
             "torch's ONNX exporter writes), or None for torch's default."
         )
     check_is_fitted(estimator)
+    if "dynamo" not in inspect.signature(torch.onnx.export).parameters:
+        raise RuntimeError(
+            f"export_onnx needs torch's torch.export-based ONNX exporter "
+            f"(torch.onnx.export(dynamo=True)), which torch {torch.__version__} lacks; it "
+            "is tested with torch 2.13."
+        )
     _require("onnx")
     _require("onnxscript")
     plan = _plan(estimator)
