@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # setup.sh with the docs extra too: it installs only when pyproject.toml or the extras changed
-EXTRAS=${EXTRAS:-models,test,dask,docs} bash scripts/setup.sh
+EXTRAS=${EXTRAS:-models,test,dask,onnx,docs} bash scripts/setup.sh
 VENV=${VENV:-.venv}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 # -E: read every page again, so that no warning hides in a page cached from a previous build

@@ -25,7 +25,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
-EXTRAS=${EXTRAS:-models,test,dask}
+EXTRAS=${EXTRAS:-models,test,dask,onnx}
 FORCE=${FORCE:-0}
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -2,7 +2,9 @@
 
 Imports sit at the top of each module, except the heavy or optional ones, which are imported
 on first use so that ``import skbert`` stays quick: transformers (and huggingface_hub), scipy,
-the data loaders (:mod:`skbert.datasets`) and the packaged model.
+the data loaders (:mod:`skbert.datasets`) and the packaged model. :func:`export_onnx` is
+looked up on first use (from :mod:`skbert.onnx`), so that onnx and onnxruntime, an optional
+extra, are never imported by ``import skbert``.
 """
 
 from ._core.version import __version__
@@ -17,8 +19,18 @@ __all__ = [
     "BertSentenceTransformer",
     "BertTextClassifier",
     "BertTextRegressor",
+    "export_onnx",
     "layerwise_param_groups",
     "load",
     "TrainingDivergedError",
     "__version__",
 ]
+
+
+def __getattr__(name):
+    # export_onnx on first use: its module imports the ONNX exporter's packages when it runs
+    if name == "export_onnx":
+        from .onnx import export_onnx
+
+        return export_onnx
+    raise AttributeError(f"module 'skbert' has no attribute {name!r}")

@@ -28,6 +28,7 @@ LAYERS = [
         "skbert.dask",
         "skbert.datasets",
         "skbert.metrics",
+        "skbert.onnx",
     ),
     # 1: estimator machinery: base, read-out resolution, validation, targets, persistence
     ("skbert._estimator",),

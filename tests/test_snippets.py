@@ -20,7 +20,8 @@ from doc_snippets import PYTHON, all_blocks
 
 # Imports of optional packages, by the extra that brings them: a snippet that needs one is
 # skipped where the extra is not installed (scripts/test-oldest.sh installs models,test only).
-EXTRA_IMPORT = re.compile(r"^\s*(?:from|import)\s+(dask|distributed)\b", re.MULTILINE)
+EXTRAS = {"dask": "dask", "distributed": "dask", "onnxruntime": "onnx", "onnx": "onnx"}
+EXTRA_IMPORT = re.compile(r"^\s*(?:from|import)\s+(" + "|".join(EXTRAS) + r")\b", re.MULTILINE)
 # Loaders of the shared evaluation data (the bundled load_demo_sentiment is not one of them).
 SHARED_DATA = re.compile(r"\bload_(stsb|sst2|imdb_sample|trec|snli)\b")
 
@@ -63,7 +64,8 @@ def workdir(tmp_path_factory):
 def test_snippet_runs(path, first, code, packaged_model, request, workdir, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     for module in sorted(set(EXTRA_IMPORT.findall(code))):
-        pytest.importorskip(module, reason=f"the snippet imports {module}: the dask extra")
+        reason = f"the snippet imports {module}: the {EXTRAS[module]} extra"
+        pytest.importorskip(module, reason=reason)
     if SHARED_DATA.search(code):
         monkeypatch.setenv("SKBERT_DATA", str(request.getfixturevalue("data_home")))
     monkeypatch.chdir(workdir)

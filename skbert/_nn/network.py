@@ -63,7 +63,9 @@ class SentenceEncoder(nn.Module):
         return every layer's states)."""
         return self.readout.layers == (self.readout.n_hidden_states - 1,)
 
-    def backbone_outputs(self, input_ids, attention_mask, token_type_ids=None, all_states=False):
+    def backbone_outputs(
+        self, input_ids, attention_mask, token_type_ids=None, all_states=False, drop_full_mask=True
+    ):
         """The backbone's transformers forward: ``last_hidden_state`` and, with ``all_states``,
         every layer's ``hidden_states``.
 
@@ -77,10 +79,16 @@ class SentenceEncoder(nn.Module):
             Segment ids; ignored by a backbone that takes none.
         all_states : bool, default=False
             Also return every layer's states (``output_hidden_states=True``).
+        drop_full_mask : bool, default=True
+            In eval mode, leave out a mask without padding (attention then takes its fast
+            path). False passes the mask as it is, with no test of its values: what a graph
+            traced for export needs, as it serves padded and unpadded batches alike.
         """
         # A batch without padding needs no mask; without one, attention takes its fast path.
         # Prediction passes None for its padding-free blocks (no device-to-host sync to check).
-        full = attention_mask is None or (not self.training and bool(attention_mask.all()))
+        full = attention_mask is None or (
+            drop_full_mask and not self.training and bool(attention_mask.all())
+        )
         kwargs = {"input_ids": input_ids, "attention_mask": None if full else attention_mask}
         if self.uses_token_types and token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids

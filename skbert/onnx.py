@@ -1,0 +1,328 @@
+"""ONNX export of a fitted estimator: :func:`export_onnx`.
+
+The graph runs the fitted network from padded token ids to the estimator's output (sentence
+vectors, class probabilities and logits, or regression values in the units of ``y``), with
+dynamic batch and sequence axes; the tokenizer is saved beside it, and a small JSON file says
+what the graph expects and returns. The export traces a
+:class:`~skbert._nn.deployed.DeployedNetwork` with ``torch.onnx.export`` and its default
+exporter, the ``torch.export`` (dynamo) one, which needs ``onnx`` and ``onnxscript``: the
+optional extra ``onnx`` (``pip install "skbert[onnx]"``, which brings ``onnxruntime`` too to
+run the graph). ``import skbert`` imports none of them; this module is imported on the first
+use of ``skbert.export_onnx``.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import logging
+import os
+import warnings
+from numbers import Integral
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_is_fitted
+
+from ._core.version import __version__
+from ._nn.deployed import DeployedNetwork
+from ._storage.files import atomic_write, check_output_dir
+from ._text.encoding import pad_batch
+from .classifier import BertTextClassifier
+from .regressor import BertTextRegressor
+from .sentence import BertSentenceTransformer
+
+__all__ = ["MIN_OPSET", "METADATA_FILE", "MODEL_FILE", "export_onnx"]
+
+#: The file names in an export folder (the tokenizer's files are beside them).
+MODEL_FILE = "model.onnx"
+METADATA_FILE = "skbert-onnx.json"
+
+#: The oldest ONNX opset the ``torch.export`` exporter writes.
+MIN_OPSET = 18
+
+#: The window poolings that averaging or pooling the per-window outputs reproduces: for a
+#: sentence transformer any weight-free one; behind an output layer (linear, like the
+#: regressor's affine map) only the mean, as the mean of the outputs is the output of the mean.
+_WINDOW_POOLINGS = {"BertSentenceTransformer": ("mean", "max"), "task": ("mean",)}
+
+#: Graphs larger than this keep their weights in a file of their own (``model.onnx.data``):
+#: a protobuf file holds 2 GiB at most.
+_EXTERNAL_DATA_BYTES = 1 << 30
+
+
+def export_onnx(estimator, path, *, opset=None):
+    """Export a fitted estimator to an ONNX graph, with its tokenizer, in the folder ``path``.
+
+    The graph takes ``input_ids`` and ``attention_mask`` (and ``token_type_ids`` where the
+    model reads them), int64 of shape ``(batch, sequence)``, both axes dynamic, as the saved
+    tokenizer returns them (``tokenizer(texts, truncation=True, padding=True,
+    return_tensors="np")``), and returns, float32, one row per input:
+
+    - :class:`~skbert.BertSentenceTransformer`: ``embeddings``, what ``transform`` gives
+      (after pooling, the layer combination and, when ``normalize_``, the unit L2 norm);
+    - :class:`~skbert.BertTextClassifier`: ``probabilities`` (``predict_proba``, columns in
+      the order of ``classes_``) and ``logits`` (``decision_function``, which for two classes
+      is ``logits[:, 1] - logits[:, 0]``); the predicted class is ``classes_`` of the largest
+      probability (for multi-label, each label whose probability exceeds 0.5);
+    - :class:`~skbert.BertTextRegressor`: ``predictions``, in the units of ``y`` (the
+      standardisation of the targets is folded into the graph), of shape
+      ``(batch, n_outputs_)``: column 0 is ``predict`` for a 1-D ``y``.
+
+    With ``truncation="chunks"`` a text is several model inputs, one per window, and the graph
+    is the per-window network: ``window_embeddings`` (unnormalised), ``window_logits`` or
+    ``window_predictions``; pooling each text's windows as ``chunk_pooling`` says (and then
+    normalising the vectors, or soft-maxing the logits) gives the estimator's output (see the
+    user guide's "Deploying: ONNX export"). Exact for a sentence transformer with
+    ``chunk_pooling="mean"`` or ``"max"``, and for a classifier or regressor with ``"mean"``
+    (the mean of the output layer's values is its value of the mean); other window poolings
+    raise.
+
+    The graph is float32 whatever ``precision``: it matches the estimator's outputs with
+    ``precision="fp32"`` within float32 rounding (1e-4 in skbert's tests), not bit for bit.
+
+    Parameters
+    ----------
+    estimator : BertSentenceTransformer, BertTextClassifier or BertTextRegressor
+        A fitted estimator (a transformer with ``fine_tune="none"``, never trained, too).
+    path : str or os.PathLike
+        The folder to write (created if missing): ``model.onnx`` (and ``model.onnx.data``
+        for a graph over 1 GiB), the tokenizer's files, and ``skbert-onnx.json``, which
+        records the input and output names and their meaning, ``max_length``, the truncation
+        settings, the special tokens, ``classes_`` and the skbert version.
+    opset : int or None, default=None
+        The ONNX opset to write, at least 18 (the oldest the exporter writes); None takes
+        torch's default.
+
+    Returns
+    -------
+    str
+        The folder written.
+
+    Raises
+    ------
+    NotFittedError
+        If ``estimator`` is not fitted.
+    TypeError
+        If ``estimator`` is not one of skbert's estimators.
+    ValueError
+        For an ``opset`` below 18, or a ``chunk_pooling`` whose per-window outputs cannot
+        be pooled into the estimator's (named in the message).
+    ImportError
+        If ``onnx`` or ``onnxscript`` is missing (``pip install "skbert[onnx]"``).
+
+    Examples
+    --------
+    >>> import skbert
+    >>> skbert.export_onnx(fitted_estimator, "exported")  # doctest: +SKIP
+    'exported'
+    """
+    kinds = (BertSentenceTransformer, BertTextClassifier, BertTextRegressor)
+    if not isinstance(estimator, kinds):
+        raise TypeError(
+            "export_onnx exports a BertSentenceTransformer, BertTextClassifier or "
+            f"BertTextRegressor; got estimator={type(estimator).__name__}."
+        )
+    if opset is not None and (
+        not isinstance(opset, Integral) or isinstance(opset, bool) or opset < MIN_OPSET
+    ):
+        raise ValueError(
+            f"opset={opset!r} is not allowed: use an int >= {MIN_OPSET} (the oldest opset "
+            "torch's ONNX exporter writes), or None for torch's default."
+        )
+    check_is_fitted(estimator)
+    if "dynamo" not in inspect.signature(torch.onnx.export).parameters:
+        raise RuntimeError(
+            f"export_onnx needs torch's torch.export-based ONNX exporter "
+            f"(torch.onnx.export(dynamo=True)), which torch {torch.__version__} lacks; it "
+            "is tested with torch 2.13."
+        )
+    _require("onnx")
+    _require("onnxscript")
+    plan = _plan(estimator)
+    # a float32 copy on the CPU: exporting leaves the fitted network as it is
+    network = copy.deepcopy(estimator.fitted_network()).to("cpu", torch.float32).eval()
+    deployed = DeployedNetwork(network, plan["finish"], **plan.get("affine", {})).eval()
+    folder = check_output_dir(path, "path")
+    os.makedirs(folder, exist_ok=True)
+    program = _trace(deployed, _example_batch(estimator), plan["outputs"], opset)
+    size = sum(p.numel() * p.element_size() for p in deployed.parameters())
+    program.save(os.path.join(folder, MODEL_FILE), external_data=size > _EXTERNAL_DATA_BYTES)
+    inputs = [value.name for value in program.model.graph.inputs]
+    opsets = program.model.opset_imports
+    _save_tokenizer(estimator, folder)
+    metadata = _metadata(estimator, plan, inputs, opsets.get("", None))
+    text = json.dumps(metadata, indent=2, ensure_ascii=False) + "\n"
+    atomic_write(os.path.join(folder, METADATA_FILE), lambda h: h.write(text.encode("utf-8")))
+    return folder
+
+
+def _require(name: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        raise ImportError(
+            f"export_onnx needs the package {name!r}, which is not installed: "
+            'pip install "skbert[onnx]" (onnx, onnxscript and onnxruntime).'
+        )
+
+
+def _plan(estimator) -> dict:
+    """What the graph computes after the network, its output names and their meaning."""
+    readout = estimator.readout_
+    per_window = readout.chunked
+    kind = type(estimator).__name__
+    if per_window:
+        allowed = _WINDOW_POOLINGS.get(kind, _WINDOW_POOLINGS["task"])
+        if readout.chunk_pooling not in allowed:
+            raise ValueError(
+                f"chunk_pooling={readout.chunk_pooling!r} with truncation='chunks' cannot be "
+                f"exported: the graph is the per-window network, and pooling its outputs "
+                f"reproduces {kind}'s only for chunk_pooling in {allowed}. Export an "
+                f"estimator fitted with one of those, or with truncation='head', 'tail' or "
+                "'head+tail'."
+            )
+    window = "window_" if per_window else ""
+    pooled = (
+        f" of one window of a text; pool a text's windows by chunk_pooling="
+        f"{readout.chunk_pooling!r}"
+        if per_window
+        else ""
+    )
+    if isinstance(estimator, BertSentenceTransformer):
+        finish = "l2" if estimator.normalize_ and not per_window else "none"
+        meaning = "the sentence vector (transform)"
+        if per_window:
+            then = ", then scale to unit L2 norm" if estimator.normalize_ else ""
+            meaning = f"the unnormalised vector{pooled}{then}: transform"
+        return {"finish": finish, "outputs": {f"{window}embeddings": meaning}}
+    if isinstance(estimator, BertTextClassifier):
+        squash = "sigmoid" if estimator.multilabel_ else "softmax"
+        logits = "logits (decision_function; for two classes it is logits[:, 1] - logits[:, 0])"
+        if per_window:
+            return {
+                "finish": "none",
+                "outputs": {"window_logits": f"the {logits}{pooled}, then take the {squash}"},
+            }
+        return {
+            "finish": squash,
+            "outputs": {
+                "probabilities": f"predict_proba ({squash} of the logits), columns as classes",
+                "logits": f"the {logits}",
+            },
+        }
+    affine = {"scale": estimator.target_scale_, "shift": estimator.target_mean_}
+    meaning = "predict, in the units of y, one column per output (column 0 for a 1-D y)"
+    if per_window:
+        meaning = f"the prediction{pooled}: {meaning}"
+    return {"finish": "affine", "affine": affine, "outputs": {f"{window}predictions": meaning}}
+
+
+def _example_batch(estimator) -> tuple:
+    """Two padded rows of different lengths (the tracing example), as the estimator encodes
+    them: batch and sequence sizes of 2 or more, which ``torch.export`` keeps dynamic."""
+    texts = ["an example", "an example for the export , somewhat longer than the first one"]
+    pairs = getattr(estimator, "pairs_", False)
+    encoded = estimator._encode(texts, texts[::-1] if pairs else None)
+    pad_id = estimator.tokenizer_.pad_token_id or 0
+    ids, mask, types, _ = pad_batch(encoded, range(len(encoded)), pad_id)
+    return tuple(torch.from_numpy(a) for a in (ids, mask, types))
+
+
+def _trace(deployed, example, outputs, opset):
+    """``torch.onnx.export`` of ``deployed`` with dynamic batch and sequence axes."""
+    batch = torch.export.Dim("batch")
+    sequence = torch.export.Dim("sequence")
+    axes = {0: batch, 1: sequence}
+    names = ["input_ids", "attention_mask"]
+    args = example[:2]
+    if deployed.uses_token_types:
+        names.append("token_type_ids")
+        args = example
+    # the exporter logs a line for each torchvision operator it cannot register
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        return _export(deployed, args, names, axes, outputs, opset)
+    finally:
+        registration.setLevel(level)
+
+
+def _export(deployed, args, names, axes, outputs, opset):
+    with warnings.catch_warnings():
+        # torch's notes on its own internals (axis names shared by inputs, pytree specs)
+        warnings.filterwarnings("ignore", message=r".*axis name", category=UserWarning)
+        warnings.filterwarnings("ignore", message=r".*LeafSpec", category=FutureWarning)
+        return torch.onnx.export(
+            deployed,
+            args,
+            dynamo=True,
+            opset_version=opset,
+            dynamic_shapes={name: axes for name in names},
+            output_names=list(outputs),
+            verbose=False,
+        )
+
+
+def _save_tokenizer(estimator, folder) -> None:
+    """The estimator's tokenizer, set to cut texts as the estimator does where it can: to
+    ``max_length_`` tokens, at the end (``"head"``, ``"head+tail"``'s head only) or at the
+    start (``"tail"``)."""
+    tokenizer = copy.deepcopy(estimator.tokenizer_)
+    side = "left" if estimator.readout_.truncation == "tail" else "right"
+    tokenizer.model_max_length = estimator.max_length_
+    tokenizer.truncation_side = side
+    tokenizer.init_kwargs["truncation_side"] = side  # what save_pretrained writes
+    tokenizer.save_pretrained(folder)
+
+
+def _metadata(estimator, plan, inputs, opset) -> dict:
+    readout = estimator.readout_
+    specials = estimator.special_tokens_
+    call = {"truncation": True, "padding": True, "return_tensors": "np"}
+    if "token_type_ids" in inputs:
+        call["return_token_type_ids"] = True
+    if readout.chunked:
+        call["return_overflowing_tokens"] = True
+    metadata = {
+        "format": "skbert-onnx",
+        "format_version": 1,
+        "skbert_version": __version__,
+        "estimator": type(estimator).__name__,
+        "model_file": MODEL_FILE,
+        "opset": opset,
+        "inputs": inputs,
+        "outputs": plan["outputs"],
+        "max_length": int(readout.max_length),
+        "truncation": readout.truncation,
+        "head_length": int(readout.head_length) if readout.truncation == "head+tail" else None,
+        "per_window": readout.chunked,
+        "chunk_pooling": readout.chunk_pooling if readout.chunked else None,
+        "max_chunks": readout.max_chunks if readout.chunked else None,
+        "tokenizer_call": call,
+        # texts: the saved tokenizer cuts single texts as skbert does, except "head+tail";
+        # pairs longer than max_length may get one token more on the second side
+        # (transformers' "longest_first") than skbert gives them (skbert.truncation)
+        "tokenizer_cuts_as_skbert": {
+            "texts": readout.truncation != "head+tail",
+            "pairs_within_max_length": not readout.chunked,
+            "longer_pairs": False,
+        },
+        "special_tokens": {
+            "single": [list(part) for part in specials.single],
+            "pair": [list(part) for part in specials.pair],
+        },
+    }
+    if isinstance(estimator, BertSentenceTransformer):
+        metadata["normalize"] = bool(estimator.normalize_)
+    if isinstance(estimator, BertTextClassifier):
+        metadata["classes"] = np.asarray(estimator.classes_).tolist()
+        metadata["multilabel"] = bool(estimator.multilabel_)
+    if isinstance(estimator, BertTextRegressor):
+        metadata["n_outputs"] = int(estimator.n_outputs_)
+        metadata["multioutput"] = bool(estimator.multioutput_)
+    if hasattr(estimator, "pairs_"):
+        metadata["pairs"] = bool(estimator.pairs_)
+    return metadata
