@@ -44,6 +44,21 @@ def test_model_limit_comes_from_positions(tiny_model):
     assert model_max_length(tokenizer, encoder.config) == 64
 
 
+def test_mpnet_limit_leaves_out_the_positions_before_padding(tiny_mpnet):
+    """MPNet numbers positions from padding_idx + 1, as RoBERTa does: the longest input is
+    max_position_embeddings - padding_idx - 1 tokens, and an input that long runs."""
+    from skbert import BertSentenceTransformer
+
+    tokenizer, encoder = load_backbone(tiny_mpnet)
+    config = encoder.config
+    limit = config.max_position_embeddings - config.pad_token_id - 1
+    assert model_max_length(tokenizer, config) == limit
+    est = BertSentenceTransformer(tiny_mpnet).fit(["a"])
+    assert est.readout_.max_length == limit
+    longest = " ".join(["hello world"] * limit)  # cut to the limit
+    assert est.transform([longest]).shape == (1, config.hidden_size)
+
+
 def test_missing_local_directory_says_how_to_get_it(tmp_path):
     with pytest.raises(OSError, match="no such directory"):
         load_backbone(str(tmp_path / "nowhere"))

@@ -281,6 +281,13 @@ def quiet_loading():
             hf_logging.enable_progress_bar()
 
 
+#: model types whose position ids start at ``padding_idx + 1`` (transformers'
+#: ``create_position_ids_from_input_ids``)
+_POSITIONS_AFTER_PADDING = frozenset(
+    {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "mpnet", "data2vec-text"}
+)
+
+
 def model_max_length(tokenizer, config) -> int:
     """The longest input (special tokens included) the model accepts."""
     limits = []
@@ -289,8 +296,9 @@ def model_max_length(tokenizer, config) -> int:
         limits.append(tok_limit)
     positions = getattr(config, "max_position_embeddings", None)
     if isinstance(positions, int) and positions > 0:
-        # RoBERTa-style models reserve padding_idx + 1 positions.
-        if getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"}:
+        # Models that number positions from padding_idx + 1 (RoBERTa's scheme) reserve
+        # padding_idx + 1 of them.
+        if getattr(config, "model_type", "") in _POSITIONS_AFTER_PADDING:
             positions -= getattr(config, "pad_token_id", 1) + 1
         limits.append(positions)
     return min(limits) if limits else 512
