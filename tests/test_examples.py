@@ -107,6 +107,26 @@ def test_stsb_cross_encoder_example_runs(tiny_bert, data_home, capsys):
         assert row and float(row.group(1)) == pytest.approx(value, abs=0.005), name
 
 
+@pytest.mark.shared_data
+def test_layer_grid_runs(tiny_bert, data_home, capsys):
+    example = load_example("layer_grid")
+    args = ["--model", tiny_bert, "--data-home", str(data_home), "--limit", "30"]
+    sts, sst = example.main([*args, "--n-train", "40"])
+    labels = [label for label, _, _ in example.readouts(2)]  # the tiny BERT has 2 layers
+    assert labels[:3] == ["0", "1", "2"] and len(labels) == 6
+    assert set(sts) == set(sst) == {(label, p) for label in labels for p in example.POOLINGS}
+    # [CLS] of the embedding output is one vector for every sentence: reported as n/a
+    assert math.isnan(sts["0", "cls"]) and math.isnan(sst["0", "cls"])
+    rest = [key for key in sts if key != ("0", "cls")]
+    assert all(-100 <= sts[k] <= 100 and 0 <= sst[k] <= 1 for k in rest)
+    # the last two layers concatenated and max-pooled token by token differ
+    assert sts["last 2 (concat)", "mean"] != sts["last 2 (max)", "mean"]
+    out = capsys.readouterr().out
+    row = re.search(r"^1\s+(\S+)\s+(\S+)", out, re.MULTILINE)
+    assert row and float(row.group(2)) == pytest.approx(sts["1", "mean"], abs=0.005)
+    assert "n/a" in out and "best STS-B: layer" in out
+
+
 def test_torchrun_example_runs_in_one_process(tiny_bert, capsys):
     example = load_example("fine_tune_torchrun")
     result = example.main(["--model", tiny_bert, "--limit", "40", "--max-epochs", "1"])

@@ -220,7 +220,26 @@ def fine_tune_torchrun(ax):
     return figures
 
 
+def layer_grid(ax):
+    # mean pooling of each layer of frozen all-mpnet-base-v2: STS-B Spearman x100 (left axis)
+    # and SST-2 accuracy % (right axis); row 0 has no [CLS] figures (n/a)
+    rows = _rows("layer_grid")
+    layers = sorted(int(label) for label in rows if label.isdigit())
+    sts = [rows[str(i)][-5] if len(rows[str(i)]) == 6 else rows[str(i)][0] for i in layers]
+    sst = [100 * rows[str(i)][-2] for i in layers]
+    ax.plot(layers, sts, marker="o", color=BLUE, label="STS-B (Spearman)")
+    ax.set_ylabel("STS-B Spearman x100", color=BLUE)
+    right = ax.twinx()
+    right.plot(layers, sst, marker="s", color=ORANGE, label="SST-2 (accuracy)")
+    right.set_ylabel("SST-2 accuracy %", color=ORANGE)
+    ax.set_xticks(layers[::2])
+    ax.set_xlabel("layer (mean pooling)")
+    ax.set_title("Every layer of all-mpnet-base-v2")
+    return {"sts": sts, "sst": sst}
+
+
 THUMBNAILS = {
+    "thumb_layer_grid.png": layer_grid,
     "thumb_stsb_zero_shot.png": stsb_zero_shot,
     "thumb_stsb_cross_encoder.png": stsb_cross_encoder,
     "thumb_long_texts_sun2019.png": long_texts,
