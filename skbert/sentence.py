@@ -32,8 +32,9 @@ from ._training.loop import length_grouped_batches, train
 __all__ = ["BertSentenceTransformer"]
 
 
-_OWN_PARAMETERS = numpydoc_entries(
-    """
+_OWN_PARAMETERS = (
+    numpydoc_entries(
+        """
 pooling : {"cls", "mean", "max", "cnn"}, default="mean"
     How the token states become one vector: the first token's state, or the mean or
     maximum over the real (non-padding) tokens. ``"cnn"`` is a CNN over the token states
@@ -109,7 +110,9 @@ verbose : int, default=0
     If > 0, show progress bars (over batches, and the training loss) and say how many
     texts were truncated or read from the cache; all on stderr.
 """
-)
+    )
+    | CONTRASTIVE_PARAMETERS
+)  # written beside the objective's code
 
 _OWN_ATTRIBUTES = numpydoc_entries(
     """
@@ -149,7 +152,7 @@ n_iter_ : int
 
 
 @document(
-    own_parameters={**_OWN_PARAMETERS, **CONTRASTIVE_PARAMETERS},
+    own_parameters=_OWN_PARAMETERS,
     attributes=(
         "network_",
         "deferred_network_",
