@@ -311,16 +311,20 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         (scores) train cos(u, v) to match the scores scaled to [0, 1] by the training scores'
         minimum and maximum (STS-B's 0-5 becomes score / 5; SBERT's regression objective).
         Pairs with class labels (ints or strings) train a softmax on ``(u, v, |u - v|)``
-        (SBERT's NLI objective). Single texts with class labels train a softmax on u. The
-        output layer is not part of the output: ``transform`` gives the trained sentence
-        vectors.
+        (SBERT's NLI objective). Single texts with class labels train a softmax on u.
+        ``objective="contrastive"`` (asked for, never inferred) trains single texts with class
+        labels, or a multi-label 0/1 indicator, SetFit-style on pairs of a shared label (cos
+        to 1) and of none (cos to 0), or with ``contrastive_loss="supcon"`` on balanced batches
+        of texts. The output layer is not part of the output: ``transform`` gives the trained
+        sentence vectors.
 
         Parameters
         ----------
         X : 1-D array-like of str, or array-like of shape (n_samples, 2)
             Texts or sentence pairs.
-        y : array-like of shape (n_samples,) or None
-            Scores or class labels; ignored (and optional) when ``fine_tune="none"``.
+        y : array-like of shape (n_samples,) or (n_samples, n_labels), or None
+            Scores or class labels (a 0/1 indicator matrix for ``objective="contrastive"``);
+            ignored (and optional) when ``fine_tune="none"``.
 
         Returns
         -------

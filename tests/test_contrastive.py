@@ -277,3 +277,37 @@ def test_grid_search_over_both_stages_and_round_trips(tiny_bert, tmp_path):
     np.testing.assert_array_equal(
         pipe_copy.predict_proba(TEXTS), grid.best_estimator_.predict_proba(TEXTS)
     )
+
+
+def test_an_interrupted_fit_resumes_on_the_same_pairs(tiny_bert, tmp_path, monkeypatch):
+    """The loop cuts a resumed epoch's batches (``batches[position:]``): the streamed pairs
+    from there on are those of the uninterrupted fit, which it then ends on bit for bit."""
+    import skbert._estimator.contrastive as contrastive
+
+    params = {"max_epochs": 2, "checkpoint_steps": 3}  # 10 steps per epoch
+    expected = make(tiny_bert, **params).fit(TEXTS, LABELS).transform(TEXTS)
+    calls = []
+
+    def stop_at_step_15(*args):
+        calls.append(1)
+        if len(calls) == 15:  # mid second epoch: the state of step 12 is on disk
+            raise KeyboardInterrupt
+        return cosine_pair_loss(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(contrastive, "cosine_pair_loss", stop_at_step_15)
+        with pytest.raises(KeyboardInterrupt):
+            make(tiny_bert, checkpoint_dir=tmp_path / "state", **params).fit(TEXTS, LABELS)
+    resumed_calls = []
+
+    def counted(*args):
+        resumed_calls.append(1)
+        return cosine_pair_loss(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(contrastive, "cosine_pair_loss", counted)
+        resumed = make(tiny_bert, checkpoint_dir=tmp_path / "state", **params)
+        resumed.fit(TEXTS, LABELS)
+    assert len(resumed_calls) == 20 - 12  # resumed at step 12, not started again
+    np.testing.assert_array_equal(resumed.transform(TEXTS), expected)
+    assert resumed.n_iter_ == 2
