@@ -13,19 +13,20 @@ the full test sets (SST-2 1,821 sentences, TREC 500 questions).
 
 Each fit runs in a process of its own, so that its peak memory is the resident-set high-water
 mark of that process (``resource.getrusage``: tracemalloc does not see torch's allocations).
-Training seconds are those of ``fit`` (``Trainer.train`` for SetFit: encoder and head), not of
-loading the model or scoring the test set. A memory run then fits skbert on 1,000 and on
-10,000 labelled SST-2 sentences (encoder fit only; ``--memory-pairs-per-text`` pairs per text,
-1 by default so that the 10,000-text fit takes minutes, not hours: skbert draws its pairs batch
-by batch, so their number does not change the memory); ``--memory-setfit`` adds SetFit at the
-same sizes (it builds every pair of texts up front). The bars of the acceptance are printed
-last.
+Training seconds run from loading the model to the fitted head (skbert's ``fit`` loads the
+model; for SetFit ``from_pretrained``, then ``Trainer.train``), without scoring the test set.
+A memory run then fits skbert on 1,000 and on 10,000 labelled SST-2 sentences (encoder fit
+only; ``--memory-pairs-per-text`` pairs per text, 1 by default so that the 10,000-text fit
+takes minutes, not hours: skbert draws its pairs batch by batch, so their number does not
+change the memory); ``--memory-setfit`` adds SetFit at the same sizes (it builds every pair of
+texts up front). The bars of the acceptance are printed last.
 
 Run from the repository root::
 
     pip install -e '.[models,bench]'
     python benchmarks/bench_few_shot.py                                      # the full run
-    python benchmarks/bench_few_shot.py --sizes 8 --seeds 1 --n-test 100 --memory-sizes 100,200
+    python benchmarks/bench_few_shot.py --sizes 8 --seeds 1 --n-test 100 --iterations 2 \
+        --memory-sizes 100,200
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def parse_args(argv=None):
     parser.add_argument("--seeds", type=int, default=5, help="draws per size")
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--n-test", type=int, default=None, help="first N test texts only")
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=20,
+        help="pairs per text of both (SetFit's num_iterations, skbert's pairs_per_text); "
+        "the workload is 20, a smaller number makes a quick dry run",
+    )
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--data-home", default=default_data_home())
     parser.add_argument(
@@ -93,14 +101,18 @@ def draw(y, per_class: int, seed: int) -> np.ndarray:
     return rng.permutation(np.concatenate(picks))
 
 
-def fit_skbert(X, y, seed: int, encoder_only: bool = False, **params):
+def fit_skbert(X, y, seed: int, encoder_only: bool = False, iterations: int = 20):
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
     from skbert import BertSentenceTransformer
 
     encoder = BertSentenceTransformer(
-        model_path(), fine_tune="full", objective="contrastive", random_state=seed, **params
+        model_path(),
+        fine_tune="full",
+        objective="contrastive",
+        pairs_per_text=iterations,
+        random_state=seed,
     )
     model = encoder if encoder_only else make_pipeline(encoder, LogisticRegression())
     start = time.perf_counter()
@@ -108,15 +120,16 @@ def fit_skbert(X, y, seed: int, encoder_only: bool = False, **params):
     return model, time.perf_counter() - start
 
 
-def fit_setfit(X, y, seed: int, encoder_only: bool = False, num_iterations: int = 20):
+def fit_setfit(X, y, seed: int, encoder_only: bool = False, iterations: int = 20):
     from datasets import Dataset
     from setfit import SetFitModel, Trainer, TrainingArguments
 
+    start = time.perf_counter()  # skbert's fit loads its model too
     model = SetFitModel.from_pretrained(model_path())
     arguments = TrainingArguments(
         batch_size=16,
         num_epochs=1,
-        num_iterations=num_iterations,
+        num_iterations=iterations,
         seed=seed,
         report_to="none",
         save_strategy="no",
@@ -125,7 +138,6 @@ def fit_setfit(X, y, seed: int, encoder_only: bool = False, num_iterations: int 
     labels = [str(label) for label in y]  # TREC's labels are strings
     data = Dataset.from_dict({"text": list(X), "label": labels})
     trainer = Trainer(model=model, args=arguments, train_dataset=data)
-    start = time.perf_counter()
     if encoder_only:
         trainer.train_embeddings(*trainer.dataset_to_parameters(data), args=arguments)
     else:
@@ -143,6 +155,7 @@ def one_run(job: dict) -> dict:
     import warnings
 
     warnings.filterwarnings("ignore")
+    os.environ["TQDM_DISABLE"] = "1"  # SetFit's Trainer shows its bars whatever it is told
     X, y = load(job["dataset"], "train", job["data_home"])
     pick = draw(y, job["per_class"], job["seed"]) if job.get("per_class") else job["pick"]
     fit = fit_skbert if job["method"] == "skbert" else fit_setfit
@@ -176,6 +189,7 @@ def accuracy_runs(args) -> dict:
                         "method": method,
                         "data_home": args.data_home,
                         "n_test": args.n_test,
+                        "params": {"iterations": args.iterations},
                     }
                     runs.append(in_child(job))
                     print(
@@ -195,10 +209,7 @@ def memory_runs(args) -> dict:
     out = {}
     for method in methods:
         for n in args.memory_sizes:
-            if method == "skbert":
-                params = {"encoder_only": True, "pairs_per_text": args.memory_pairs_per_text}
-            else:
-                params = {"encoder_only": True, "num_iterations": args.memory_pairs_per_text}
+            params = {"encoder_only": True, "iterations": args.memory_pairs_per_text}
             job = {
                 "dataset": "sst2",
                 "pick": order[:n],
