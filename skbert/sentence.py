@@ -5,16 +5,18 @@ from __future__ import annotations
 import copy
 import os
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.exceptions import UndefinedMetricWarning
-from sklearn.utils._param_validation import HasMethods, StrOptions
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._core.deprecations import fine_tune_constraint, read_fine_tune
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
+from ._estimator.contrastive import CONTRASTIVE_PARAMETERS, contrastive_training, label_codes
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
 from ._estimator.parameter_docs import document, numpydoc_entries
@@ -30,8 +32,9 @@ from ._training.loop import length_grouped_batches, train
 __all__ = ["BertSentenceTransformer"]
 
 
-_OWN_PARAMETERS = numpydoc_entries(
-    """
+_OWN_PARAMETERS = (
+    numpydoc_entries(
+        """
 pooling : {"cls", "mean", "max", "cnn"}, default="mean"
     How the token states become one vector: the first token's state, or the mean or
     maximum over the real (non-padding) tokens. ``"cnn"`` is a CNN over the token states
@@ -52,8 +55,11 @@ fine_tune : {"none", "top", "full"}, default="none"
     siamese-style (SBERT). ``"top"``: only the weights on top of the frozen encoder (a
     CNN pooling, chunk attention, the output layer). ``"head"`` is the deprecated
     spelling of ``"top"``.
-objective : {"auto", "cosine", "pair-softmax", "softmax"}, default="auto"
-    Training objective; ``"auto"`` follows the data (see :meth:`fit`).
+objective : {"auto", "cosine", "pair-softmax", "softmax", "contrastive"}, default="auto"
+    Training objective; ``"auto"`` follows the data (see :meth:`fit`). ``"contrastive"``
+    (single texts with class labels, or a multi-label 0/1 indicator ``y``) trains the
+    vectors themselves, SetFit-style: texts of a shared label close, others apart
+    (``contrastive_loss``); fit a classifier on them next in a ``Pipeline``.
 learning_rate : float, default=2e-5
     AdamW learning rate of the encoder's top layer (SBERT: 2e-5).
 max_epochs : int, default=1
@@ -104,7 +110,9 @@ verbose : int, default=0
     If > 0, show progress bars (over batches, and the training loss) and say how many
     texts were truncated or read from the cache; all on stderr.
 """
-)
+    )
+    | CONTRASTIVE_PARAMETERS
+)  # written beside the objective's code
 
 _OWN_ATTRIBUTES = numpydoc_entries(
     """
@@ -217,7 +225,10 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         **BertEstimatorBase._training_constraints,
         "normalize": ["boolean", StrOptions({"auto"})],
         "fine_tune": [fine_tune_constraint(FINE_TUNE_MODES)],
-        "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax"})],
+        "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax", "contrastive"})],
+        "contrastive_loss": [StrOptions({"cosine", "supcon"})],
+        "pairs_per_text": [Interval(Integral, 1, None, closed="left")],
+        "temperature": [Interval(Real, 0, None, closed="neither")],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
     }
 
@@ -236,6 +247,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         normalize="auto",
         fine_tune="none",
         objective="auto",
+        contrastive_loss="cosine",
+        pairs_per_text=20,
+        temperature=0.1,
         cnn_kernel_sizes=(1, 3, 5),
         cnn_channels=128,
         learning_rate=2e-5,
@@ -267,6 +281,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self.normalize = normalize
         self.fine_tune = fine_tune
         self.objective = objective
+        self.contrastive_loss = contrastive_loss
+        self.pairs_per_text = pairs_per_text
+        self.temperature = temperature
         self.cnn_kernel_sizes = cnn_kernel_sizes
         self.cnn_channels = cnn_channels
         self.learning_rate = learning_rate
@@ -294,16 +311,20 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         (scores) train cos(u, v) to match the scores scaled to [0, 1] by the training scores'
         minimum and maximum (STS-B's 0-5 becomes score / 5; SBERT's regression objective).
         Pairs with class labels (ints or strings) train a softmax on ``(u, v, |u - v|)``
-        (SBERT's NLI objective). Single texts with class labels train a softmax on u. The
-        output layer is not part of the output: ``transform`` gives the trained sentence
-        vectors.
+        (SBERT's NLI objective). Single texts with class labels train a softmax on u.
+        ``objective="contrastive"`` (asked for, never inferred) trains single texts with class
+        labels, or a multi-label 0/1 indicator, SetFit-style on pairs of a shared label (cos
+        to 1) and of none (cos to 0), or with ``contrastive_loss="supcon"`` on balanced batches
+        of texts. The output layer is not part of the output: ``transform`` gives the trained
+        sentence vectors.
 
         Parameters
         ----------
         X : 1-D array-like of str, or array-like of shape (n_samples, 2)
             Texts or sentence pairs.
-        y : array-like of shape (n_samples,) or None
-            Scores or class labels; ignored (and optional) when ``fine_tune="none"``.
+        y : array-like of shape (n_samples,) or (n_samples, n_labels), or None
+            Scores or class labels (a 0/1 indicator matrix for ``objective="contrastive"``);
+            ignored (and optional) when ``fine_tune="none"``.
 
         Returns
         -------
@@ -362,9 +383,10 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                 objective = "cosine" if continuous else "pair-softmax"
         if objective in ("cosine", "pair-softmax") and second is None:
             raise ValueError(f"objective={objective!r} needs sentence pairs (2-column X).")
-        if objective == "softmax" and second is not None:
-            raise ValueError("objective='softmax' takes single texts; X has 2 columns.")
-        if objective != "cosine" and continuous and np.isfinite(np.asarray(y)).all():
+        if objective in ("softmax", "contrastive") and second is not None:
+            raise ValueError(f"objective={objective!r} takes single texts; X has 2 columns.")
+        y = np.asarray(y)  # a 2-D float y is a multi-label indicator (check_class_labels)
+        if objective != "cosine" and continuous and y.ndim == 1 and np.isfinite(y).all():
             raise ValueError(  # (a NaN or inf: check_class_labels names its position)
                 f"objective={objective!r} needs class labels, but y holds continuous values; "
                 "similarity scores train objective='cosine' on sentence pairs."
@@ -376,8 +398,11 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         if objective == "cosine":
             y = check_scores(y, len(first))
         else:
-            y, _ = check_class_labels(
-                y, len(first), allow_multilabel=False, estimator="BertSentenceTransformer"
+            y, multilabel = check_class_labels(
+                y,
+                len(first),
+                allow_multilabel=objective == "contrastive",
+                estimator="BertSentenceTransformer",
             )
         # warm_start keeps the fitted encoder; the output layer (and its classes or score
         # range) only when the objective is the same: NLI then STS-B is two fits.
@@ -391,6 +416,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             low, high = self.score_range_
             targets = torch.as_tensor((y - low) / max(high - low, 1e-12), dtype=torch.float32)
             n_classes = 0
+        elif objective == "contrastive":  # no output layer: nothing learned of the labels
+            targets, n_classes = torch.as_tensor(label_codes(y, multilabel)), 0
         else:
             if not continuing:
                 self.classes_ = np.unique(y)
@@ -432,6 +459,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             b = self._batch_tensors(enc_b, batch, device) if enc_b is not None else None
             out = net(a, b)
             return criterion(out.float(), targets[batch].to(device))
+
+        if objective == "contrastive":  # streamed pairs (or balanced texts), their own loss
+            make_batches, loss_fn = contrastive_training(self, enc_a, targets.numpy(), device)
 
         config = settings.loop_config(device, dtype, self.verbose)
         history = train(

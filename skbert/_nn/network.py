@@ -217,10 +217,12 @@ class SiameseNetwork(nn.Module):
     ----------
     encoder : SentenceEncoder
         The encoder with its pooling, shared by both sides.
-    objective : {"cosine", "pair-softmax", "softmax"}
+    objective : {"cosine", "pair-softmax", "softmax", "contrastive"}
         ``"cosine"``: the output is cos(u, v) (SBERT's STS objective, no output layer);
         ``"pair-softmax"``: logits of a linear layer on (u, v, |u - v|) (SBERT's NLI
-        objective); ``"softmax"``: logits of a linear layer on u (single texts).
+        objective); ``"softmax"``: logits of a linear layer on u (single texts);
+        ``"contrastive"``: the vectors u of single texts (no output layer: the loss compares
+        the vectors of a batch).
     n_classes : int
         Classes of the softmax objectives.
     output_layer : nn.Linear or None
@@ -233,7 +235,7 @@ class SiameseNetwork(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.objective = objective
-        if objective == "cosine":
+        if objective in ("cosine", "contrastive"):
             self.output_layer = None
         elif output_layer is not None:
             self.output_layer = output_layer
@@ -246,8 +248,11 @@ class SiameseNetwork(nn.Module):
         return self.encoder.backbone
 
     def forward(self, first: dict, second: dict | None = None) -> torch.Tensor:
-        """Cosine per pair, or logits; ``first`` / ``second`` are encoder keyword dicts."""
+        """Cosine per pair, logits, or vectors; ``first`` / ``second`` are encoder keyword
+        dicts."""
         u = self.encoder(**first)
+        if self.objective == "contrastive":
+            return u
         if self.objective == "softmax":
             return self.output_layer(u)
         v = self.encoder(**second)

@@ -1,0 +1,288 @@
+"""Few-shot classification: skbert's contrastive Pipeline against SetFit 1.2 (issue 24).
+
+Workload: the packaged all-MiniLM-L6-v2 on the CPU; SST-2 (2 classes) and TREC (6 coarse
+classes) from ``skbert.datasets`` (``$SKBERT_DATA``, default ``../shared/data``); 8, 16, 32 and
+64 labelled training texts per class, drawn with 5 seeds (the same draw for both); accuracy on
+the full test sets (SST-2 1,821 sentences, TREC 500 questions).
+
+* ``SetFit``: ``SetFitModel.from_pretrained`` of the local model folder (offline) and
+  ``setfit.Trainer`` with its defaults: ``CosineSimilarityLoss``, ``num_iterations=20``,
+  1 epoch, batch size 16, body learning rate 2e-5, the ``LogisticRegression`` head.
+* ``skbert``: ``make_pipeline(BertSentenceTransformer(fine_tune="full",
+  objective="contrastive"), LogisticRegression())``, skbert's defaults otherwise.
+
+Each fit runs in a process of its own, so that its peak memory is the resident-set high-water
+mark of that process (``resource.getrusage``: tracemalloc does not see torch's allocations).
+Training seconds run from loading the model to the fitted head (skbert's ``fit`` loads the
+model; for SetFit ``from_pretrained``, then ``Trainer.train``), without scoring the test set.
+A memory run then fits skbert on 1,000 and on 10,000 labelled SST-2 sentences (encoder fit
+only; ``--memory-pairs-per-text`` pairs per text, 1 by default so that the 10,000-text fit
+takes minutes, not hours: skbert draws its pairs batch by batch, so their number does not
+change the memory); ``--memory-setfit`` adds SetFit at the same sizes (it builds every pair of
+texts up front). The bars of the acceptance are printed last.
+
+Run from the repository root::
+
+    pip install -e '.[models,bench]'
+    python benchmarks/bench_few_shot.py                                      # the full run
+    python benchmarks/bench_few_shot.py --sizes 8 --seeds 1 --n-test 100 --iterations 2 \
+        --memory-sizes 100,200
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import multiprocessing
+import os
+import resource
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+from _common import cpu_model, default_data_home, model_path  # noqa: E402
+
+DATASETS = ("sst2", "trec")
+METHODS = ("skbert", "SetFit")
+ACCURACY_BAR, SPEED_BAR, MEMORY_BAR = 1.0, 2.0, 1.5
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sizes", default="8,16,32,64", help="labelled texts per class")
+    parser.add_argument("--seeds", type=int, default=5, help="draws per size")
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--n-test", type=int, default=None, help="first N test texts only")
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=20,
+        help="pairs per text of both (SetFit's num_iterations, skbert's pairs_per_text); "
+        "the workload is 20, a smaller number makes a quick dry run",
+    )
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--data-home", default=default_data_home())
+    parser.add_argument(
+        "--memory-sizes", default="1000,10000", help="labelled texts of the memory run ('' skips)"
+    )
+    parser.add_argument("--memory-pairs-per-text", type=int, default=1)
+    parser.add_argument("--memory-setfit", action="store_true", help="SetFit in the memory run")
+    args = parser.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.datasets = [d.strip() for d in args.datasets.split(",")]
+    args.methods = [m.strip() for m in args.methods.split(",")]
+    args.memory_sizes = [int(s) for s in args.memory_sizes.split(",") if s.strip()]
+    for name, given, allowed in (
+        ("--datasets", args.datasets, DATASETS),
+        ("--methods", args.methods, METHODS),
+    ):
+        if set(given) - set(allowed):
+            parser.error(f"{name}: unknown {sorted(set(given) - set(allowed))}; use {allowed}")
+    return args
+
+
+def load(dataset: str, split: str, data_home: str):
+    from skbert.datasets import load_sst2, load_trec
+
+    loader = load_sst2 if dataset == "sst2" else load_trec
+    X, y = loader(split, data_home=data_home, return_X_y=True)
+    return np.asarray(X, dtype=object), np.asarray(y)
+
+
+def draw(y, per_class: int, seed: int) -> np.ndarray:
+    """``per_class`` random texts of every class (all of a class that has fewer)."""
+    rng = np.random.RandomState(seed)
+    picks = [
+        rng.choice(np.flatnonzero(y == c), min(per_class, (y == c).sum()), replace=False)
+        for c in np.unique(y)
+    ]
+    return rng.permutation(np.concatenate(picks))
+
+
+def fit_skbert(X, y, seed: int, encoder_only: bool = False, iterations: int = 20):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from skbert import BertSentenceTransformer
+
+    encoder = BertSentenceTransformer(
+        model_path(),
+        fine_tune="full",
+        objective="contrastive",
+        pairs_per_text=iterations,
+        random_state=seed,
+    )
+    model = encoder if encoder_only else make_pipeline(encoder, LogisticRegression())
+    start = time.perf_counter()
+    model.fit(X, y)
+    return model, time.perf_counter() - start
+
+
+def fit_setfit(X, y, seed: int, encoder_only: bool = False, iterations: int = 20):
+    from datasets import Dataset
+    from setfit import SetFitModel, Trainer, TrainingArguments
+
+    start = time.perf_counter()  # skbert's fit loads its model too
+    model = SetFitModel.from_pretrained(model_path())
+    arguments = TrainingArguments(
+        batch_size=16,
+        num_epochs=1,
+        num_iterations=iterations,
+        seed=seed,
+        report_to="none",
+        save_strategy="no",
+        show_progress_bar=False,
+    )
+    labels = [str(label) for label in y]  # TREC's labels are strings
+    data = Dataset.from_dict({"text": list(X), "label": labels})
+    trainer = Trainer(model=model, args=arguments, train_dataset=data)
+    if encoder_only:
+        trainer.train_embeddings(*trainer.dataset_to_parameters(data), args=arguments)
+    else:
+        trainer.train()
+    return model, time.perf_counter() - start
+
+
+def peak_rss_mb() -> float:
+    """This process's resident-set high-water mark, in MB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def one_run(job: dict) -> dict:
+    """One fit (and its test accuracy), in a fresh process; returns the figures."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    os.environ["TQDM_DISABLE"] = "1"  # SetFit's Trainer shows its bars whatever it is told
+    X, y = load(job["dataset"], "train", job["data_home"])
+    pick = draw(y, job["per_class"], job["seed"]) if job.get("per_class") else job["pick"]
+    fit = fit_skbert if job["method"] == "skbert" else fit_setfit
+    model, seconds = fit(X[pick], y[pick], job["seed"], **job.get("params", {}))
+    out = {"seconds": seconds, "peak_mb": peak_rss_mb(), "n_train": len(pick)}
+    if not job.get("params", {}).get("encoder_only"):
+        X_test, y_test = load(job["dataset"], "test", job["data_home"])
+        X_test, y_test = X_test[: job["n_test"]], y_test[: job["n_test"]]
+        predicted = np.asarray(model.predict(list(X_test)))
+        out["accuracy"] = float(np.mean(predicted.astype(str) == y_test.astype(str)))
+    return out
+
+
+def in_child(job: dict) -> dict:
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(one_run, job).result()
+
+
+def accuracy_runs(args) -> dict:
+    results = {}
+    for dataset in args.datasets:
+        for size in args.sizes:
+            for method in args.methods:
+                runs = []
+                for seed in range(args.seeds):
+                    job = {
+                        "dataset": dataset,
+                        "per_class": size,
+                        "seed": seed,
+                        "method": method,
+                        "data_home": args.data_home,
+                        "n_test": args.n_test,
+                        "params": {"iterations": args.iterations},
+                    }
+                    runs.append(in_child(job))
+                    print(
+                        f"  {dataset} {size}/class seed {seed} {method}: accuracy "
+                        f"{runs[-1]['accuracy']:.3f}, {runs[-1]['seconds']:.1f} s, "
+                        f"{runs[-1]['peak_mb']:.0f} MB",
+                        flush=True,
+                    )
+                results[dataset, size, method] = runs
+    return results
+
+
+def memory_runs(args) -> dict:
+    X, y = load("sst2", "train", args.data_home)
+    order = np.random.RandomState(0).permutation(len(X))
+    methods = ["skbert"] + (["SetFit"] if args.memory_setfit else [])
+    out = {}
+    for method in methods:
+        for n in args.memory_sizes:
+            params = {"encoder_only": True, "iterations": args.memory_pairs_per_text}
+            job = {
+                "dataset": "sst2",
+                "pick": order[:n],
+                "seed": 0,
+                "method": method,
+                "data_home": args.data_home,
+                "params": params,
+            }
+            out[method, n] = in_child(job)
+            print(
+                f"  memory {method} {n} texts: {out[method, n]['peak_mb']:.0f} MB, "
+                f"{out[method, n]['seconds']:.1f} s",
+                flush=True,
+            )
+    return out
+
+
+def mean_sd(values) -> str:
+    return f"{np.mean(values):.3f} +- {np.std(values):.3f}"
+
+
+def report(args, results: dict, memory: dict) -> None:
+    print(f"\nCPU: {cpu_model()}, {os.cpu_count()} cores; all-MiniLM-L6-v2")
+    print(f"{'data':<6}{'n/class':>8}{'method':>8}{'accuracy':>18}{'train s':>10}{'peak MB':>9}")
+    for (dataset, size, method), runs in results.items():
+        accuracy = mean_sd([r["accuracy"] for r in runs])
+        seconds = np.mean([r["seconds"] for r in runs])
+        peak = max(r["peak_mb"] for r in runs)
+        print(f"{dataset:<6}{size:>8}{method:>8}{accuracy:>18}{seconds:>10.1f}{peak:>9.0f}")
+    if memory:
+        print("\nmemory run (SST-2 train, encoder fit only)")
+        for (method, n), run in memory.items():
+            print(
+                f"  {method:<7}{n:>7} texts: peak {run['peak_mb']:.0f} MB ({run['seconds']:.0f} s)"
+            )
+    print("\nacceptance")
+    if set(METHODS) <= set(args.methods):
+        for dataset in args.datasets:
+            for size in args.sizes:
+                ours = np.mean([r["accuracy"] for r in results[dataset, size, "skbert"]])
+                theirs = np.mean([r["accuracy"] for r in results[dataset, size, "SetFit"]])
+                verdict = "met" if ours >= ACCURACY_BAR * theirs else "NOT met"
+                print(
+                    f"  accuracy {dataset} {size}/class: skbert {ours:.3f} >= SetFit "
+                    f"{theirs:.3f}: {verdict}"
+                )
+        ours = sum(r["seconds"] for k, v in results.items() if k[2] == "skbert" for r in v)
+        theirs = sum(r["seconds"] for k, v in results.items() if k[2] == "SetFit" for r in v)
+        ratio = theirs / ours
+        verdict = "met" if ratio >= SPEED_BAR else "NOT met"
+        print(
+            f"  training speed: SetFit {theirs:.0f} s / skbert {ours:.0f} s = {ratio:.2f}x "
+            f"(bar {SPEED_BAR:g}x): {verdict}"
+        )
+    sizes = sorted(n for method, n in memory if method == "skbert")
+    if len(sizes) >= 2:
+        small, large = memory["skbert", sizes[0]], memory["skbert", sizes[-1]]
+        ratio = large["peak_mb"] / small["peak_mb"]
+        verdict = "met" if ratio <= MEMORY_BAR else "NOT met"
+        print(
+            f"  memory: skbert peak with {sizes[-1]} texts / with {sizes[0]} = {ratio:.2f} "
+            f"(bar {MEMORY_BAR:g}): {verdict}"
+        )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    start = time.perf_counter()
+    results = accuracy_runs(args)
+    memory = memory_runs(args) if args.memory_sizes else {}
+    report(args, results, memory)
+    print(f"\n{time.perf_counter() - start:.0f} s in all")
+
+
+if __name__ == "__main__":
+    main()

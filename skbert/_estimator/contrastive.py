@@ -1,0 +1,98 @@
+"""The contrastive objective of :class:`~skbert.BertSentenceTransformer` (SetFit-style).
+
+Few-shot text classification as SetFit (Tunstall et al. 2022) does it: fine-tune the sentence
+encoder so that texts of the same label have similar vectors and texts of different labels
+dissimilar ones, then fit any scikit-learn classifier on the vectors (the next step of a
+``Pipeline``). Here are the parts of that fit which the estimator hands to the training loop:
+how each epoch's batches are drawn (:mod:`skbert._training.pair_sampling`, streamed) and the
+loss of a batch (:mod:`skbert._nn.contrastive_losses`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .._nn.contrastive_losses import cosine_pair_loss, supervised_contrastive_loss
+from .._training.pair_sampling import BalancedTextSampler, PairSampler
+from .parameter_docs import numpydoc_entries
+
+__all__ = ["CONTRASTIVE_PARAMETERS", "label_codes", "contrastive_training"]
+
+#: the numpydoc entries of the contrastive objective's parameters
+CONTRASTIVE_PARAMETERS = numpydoc_entries(
+    """
+contrastive_loss : {"cosine", "supcon"}, default="cosine"
+    The loss of ``objective="contrastive"``. ``"cosine"``: SetFit's default
+    (sentence-transformers' ``CosineSimilarityLoss``) on labelled pairs, the squared error
+    of cos(u, v) against 1 for a pair of the same label and 0 for one of different labels;
+    each step takes ``batch_size`` pairs. ``"supcon"``: the supervised contrastive loss of
+    Khosla et al. (2020) on batches of ``batch_size`` texts balanced by label, in which
+    every text of a shared label is a positive of each other and every other text a
+    negative (``temperature``). Which is the default, and why, is in the user guide.
+pairs_per_text : int, default=20
+    How much an epoch of ``objective="contrastive"`` trains: with
+    ``contrastive_loss="cosine"``, each text is paired with this many texts of its label
+    and as many of other labels, drawn afresh each epoch (SetFit's ``num_iterations``:
+    ``2 * pairs_per_text * n_texts`` pairs per epoch); with ``"supcon"``, each text is in
+    about this many batches per epoch. The pairs are drawn batch by batch, never all held.
+temperature : float, default=0.1
+    Temperature of ``contrastive_loss="supcon"`` (Khosla et al.: 0.1): the cosine
+    similarities are divided by it. Lower values weigh the hardest negatives more.
+"""
+)
+
+
+def label_codes(y: np.ndarray, multilabel: bool) -> np.ndarray:
+    """Class codes ``0 .. n_classes - 1`` of 1-D labels, or the 0/1 indicator as int8."""
+    if multilabel:
+        return np.asarray(y).astype(np.int8)
+    return np.unique(y, return_inverse=True)[1].astype(np.int64)
+
+
+def contrastive_training(estimator, encoded, labels, device):
+    """``(make_batches, loss_fn)`` of the training loop for the contrastive objective.
+
+    Parameters
+    ----------
+    estimator : BertSentenceTransformer
+        Its ``contrastive_loss``, ``pairs_per_text``, ``temperature`` and ``batch_size``.
+    encoded : EncodedTexts
+        The training texts' model rows.
+    labels : ndarray
+        :func:`label_codes` of ``y``.
+    device : torch.device
+        Where the batches go.
+
+    Raises
+    ------
+    ValueError
+        If no two texts share a label, or every two do (no positive or no negative pair).
+    """
+    multilabel = labels.ndim == 2
+    if estimator.contrastive_loss == "cosine":
+        sampler = PairSampler(labels, estimator.pairs_per_text, estimator.batch_size)
+    else:
+        sampler = BalancedTextSampler(labels, estimator.pairs_per_text, estimator.batch_size)
+        held = torch.as_tensor(labels, device=device)
+        if multilabel:
+            held = held.float()
+
+    def vectors(net, texts):
+        return net(estimator._batch_tensors(encoded, texts, device)).float()
+
+    def pair_loss(net, batch):
+        texts, sides = np.unique(batch[:, :2], return_inverse=True)  # each text encoded once
+        sides = torch.as_tensor(sides.reshape(-1, 2), device=device)
+        z = vectors(net, texts)
+        target = torch.as_tensor(batch[:, 2], dtype=torch.float32, device=device)
+        return cosine_pair_loss(z[sides[:, 0]], z[sides[:, 1]], target)
+
+    def in_batch_loss(net, batch):
+        z = vectors(net, batch)
+        mine = held[torch.as_tensor(batch, device=device)]
+        positives = mine @ mine.T > 0 if multilabel else mine[:, None] == mine[None, :]
+        return supervised_contrastive_loss(z, positives, estimator.temperature)
+
+    loss_fn = pair_loss if estimator.contrastive_loss == "cosine" else in_batch_loss
+    return sampler.epoch, loss_fn

@@ -1,0 +1,80 @@
+"""The losses of contrastive fine-tuning: on labelled pairs, and over every pair of a batch.
+
+* :func:`cosine_pair_loss`: SetFit's default (sentence-transformers' ``CosineSimilarityLoss``),
+  the mean squared error between cos(u, v) and the pair's target, 1 for a positive pair and 0
+  for a negative.
+* :func:`supervised_contrastive_loss`: Khosla et al. (2020)'s supervised contrastive loss over
+  a batch of texts, in which every text of a shared label is a positive of each other and
+  every other text a negative.
+
+Both take float32 vectors (the caller casts the encoder's output) and return a scalar mean.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["CONTRASTIVE_LOSSES", "cosine_pair_loss", "supervised_contrastive_loss"]
+
+#: ``contrastive_loss`` names and what they train on
+CONTRASTIVE_LOSSES = {
+    "cosine": "pairs: mean squared error of cos(u, v) against 1 (same label) or 0",
+    "supcon": "batches of texts: supervised contrastive loss (Khosla et al. 2020)",
+}
+
+
+def cosine_pair_loss(u: torch.Tensor, v: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean squared error between cos(u, v) and ``target`` (SetFit's CosineSimilarityLoss).
+
+    Parameters
+    ----------
+    u, v : torch.Tensor of shape (n_pairs, dim)
+        The vectors of the two sides of each pair.
+    target : torch.Tensor of shape (n_pairs,)
+        1.0 for a positive pair, 0.0 for a negative.
+
+    Returns
+    -------
+    torch.Tensor
+        The scalar loss.
+    """
+    return F.mse_loss(F.cosine_similarity(u, v, dim=-1), target)
+
+
+def supervised_contrastive_loss(
+    z: torch.Tensor, positives: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """Khosla et al. (2020)'s supervised contrastive loss (their L_out) over one batch.
+
+    For each text i with at least one positive, with ``s = cos(z_i, z_j) / temperature``:
+    ``-mean over positives p of log(exp(s_ip) / sum over j != i of exp(s_ij))``; the loss is
+    the mean over those texts. A text without a positive in the batch only serves as a
+    negative of the others.
+
+    Parameters
+    ----------
+    z : torch.Tensor of shape (n_texts, dim)
+        The texts' vectors (normalised here).
+    positives : torch.Tensor of shape (n_texts, n_texts), bool
+        True where two texts share a label; the diagonal is ignored.
+    temperature : float
+        Divides the cosine similarities (Khosla et al.: 0.1; lower sharpens).
+
+    Returns
+    -------
+    torch.Tensor
+        The scalar loss; 0 (with a gradient) when no text of the batch has a positive.
+    """
+    z = F.normalize(z, dim=-1)
+    logits = z @ z.T / temperature
+    self_pair = torch.eye(len(z), dtype=torch.bool, device=z.device)
+    logits = logits.masked_fill(self_pair, float("-inf"))
+    log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
+    positives = positives & ~self_pair
+    n_pos = positives.sum(dim=1)
+    anchors = n_pos > 0
+    if not bool(anchors.any()):
+        return (z * 0.0).sum()
+    pos_log_prob = log_prob.masked_fill(~positives, 0.0).sum(dim=1)
+    return -(pos_log_prob[anchors] / n_pos[anchors]).mean()

@@ -1,0 +1,313 @@
+"""BertSentenceTransformer(objective="contrastive"): SetFit-style few-shot fine-tuning.
+
+The pair sampler (balance, streaming, determinism, every class, multi-label, lonely texts),
+the two losses learning on a tiny model, the Pipeline + GridSearchCV over both stages, and the
+save / load and pickle round trips of the fitted step.
+"""
+
+import pickle
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+from conftest import LONG_TEXT
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.utils._param_validation import InvalidParameterError
+
+import skbert
+from skbert import BertSentenceTransformer
+from skbert._nn.contrastive_losses import cosine_pair_loss, supervised_contrastive_loss
+from skbert._training.pair_sampling import BalancedTextSampler, LazyBatches, PairSampler
+
+POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
+NEG = ["terrible film , hate it", "a very bad movie", "bad dog", "hate the mat", "not good"]
+TEXTS = np.array(POS + NEG, dtype=object)
+LABELS = np.array([1] * 5 + [0] * 5)
+
+FAST = {
+    "learning_rate": 3e-3,
+    "batch_size": 8,
+    "pairs_per_text": 4,
+    "device": "cpu",
+    "random_state": 0,
+}
+
+
+def make(model, **params):
+    return BertSentenceTransformer(
+        model, **{**FAST, "fine_tune": "full", "objective": "contrastive", **params}
+    )
+
+
+def every_pair(batches) -> np.ndarray:
+    return np.concatenate(list(batches))
+
+
+# ---------------------------------------------------------------------------- the sampler
+def test_pairs_are_balanced_and_right():
+    labels = np.repeat([0, 1, 2], [6, 4, 3])
+    sampler = PairSampler(labels, pairs_per_text=20, batch_size=16)
+    pairs = every_pair(sampler.epoch(np.random.RandomState(0)))
+    assert len(pairs) == 2 * 20 * len(labels)  # SetFit's num_iterations: 20 + 20 per text
+    anchor, partner, target = pairs.T
+    positive = target == 1
+    assert positive.sum() == (~positive).sum()
+    assert (labels[anchor[positive]] == labels[partner[positive]]).all()
+    assert (anchor[positive] != partner[positive]).all()  # never a text with itself
+    assert (labels[anchor[~positive]] != labels[partner[~positive]]).all()
+    # each text anchors 20 positive and 20 negative pairs
+    np.testing.assert_array_equal(np.bincount(anchor[positive]), [20] * len(labels))
+    np.testing.assert_array_equal(np.bincount(anchor[~positive]), [20] * len(labels))
+    # every class is in positive pairs and negative pairs, as anchor and as partner
+    for side in (anchor, partner):
+        for kind in (positive, ~positive):
+            assert set(labels[side[kind]]) == {0, 1, 2}
+
+
+def test_pairs_are_drawn_afresh_each_epoch_and_repeat_with_a_seed():
+    labels = np.repeat([0, 1], 8)
+    sampler = PairSampler(labels, pairs_per_text=3, batch_size=8)
+    rng = np.random.RandomState(0)
+    first, second = every_pair(sampler.epoch(rng)), every_pair(sampler.epoch(rng))
+    assert not np.array_equal(first, second)
+    again = PairSampler(labels, pairs_per_text=3, batch_size=8)
+    np.testing.assert_array_equal(first, every_pair(again.epoch(np.random.RandomState(0))))
+    other = every_pair(again.epoch(np.random.RandomState(1)))
+    assert not np.array_equal(first, other)
+
+
+def test_batches_are_made_only_when_read_and_in_any_order():
+    made = []
+
+    def make(seed, index):
+        made.append(index)
+        return np.array([seed, index])
+
+    batches = LazyBatches(make, 1000, seed=7)
+    tail = batches[995:]  # what the loop does to resume an epoch: nothing is made
+    assert made == [] and len(tail) == 5
+    np.testing.assert_array_equal(tail[1], [7, 996])
+    assert made == [996]
+    # a batch depends on the seed and its index only, not on what was read before
+    sampler = PairSampler(np.repeat([0, 1, 2], 5), pairs_per_text=4, batch_size=4)
+    epoch = sampler.epoch(np.random.RandomState(3))
+    in_order = list(epoch)
+    backwards = [epoch[i] for i in reversed(range(len(epoch)))][::-1]
+    for a, b in zip(in_order, backwards, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(every_pair(epoch[5:]), every_pair(in_order[5:]))
+
+
+def test_memory_is_one_batch_not_the_epoch():
+    """20,000 texts x 20 pairs x 2 = 800,000 pairs (19 MB as int64 rows): reading the epoch
+    batch by batch holds a batch and one round's order (160 KB), never the pairs."""
+    labels = np.random.RandomState(0).randint(0, 4, 20_000)
+    sampler = PairSampler(labels, pairs_per_text=20, batch_size=32)
+    tracemalloc.start()
+    try:
+        epoch = sampler.epoch(np.random.RandomState(0))
+        assert len(epoch) == 800_000 // 32
+        rows = 0
+        for batch in epoch[:2000]:  # 64,000 pairs across the first two rounds
+            assert batch.shape == (32, 3)
+            rows += len(batch)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert rows == 64_000
+    assert peak < 1_000_000, peak
+
+
+def test_a_class_of_one_text_has_no_positive_pair_and_no_crash():
+    labels = np.array([0, 0, 0, 1, 1, 2])  # class 2: one text
+    sampler = PairSampler(labels, pairs_per_text=5, batch_size=7)
+    anchor, partner, target = every_pair(sampler.epoch(np.random.RandomState(0))).T
+    positive = target == 1
+    assert 5 not in anchor[positive] and 5 not in partner[positive]
+    assert (anchor[~positive] == 5).sum() == 5  # its negative pairs, as every text's
+    assert positive.sum() == (~positive).sum() == 30  # others anchor its positive share
+    with pytest.raises(ValueError, match="no positive pair"):
+        PairSampler(np.array([0, 1, 2]), pairs_per_text=2, batch_size=4)
+
+
+def test_multilabel_pairs_share_a_label_or_none():
+    indicator = np.array(
+        [[1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 1, 1], [0, 0, 1], [0, 0, 1], [0, 0, 0]]
+    )
+    sampler = PairSampler(indicator, pairs_per_text=10, batch_size=8)
+    anchor, partner, target = every_pair(sampler.epoch(np.random.RandomState(0))).T
+    shared = (indicator[anchor] * indicator[partner]).sum(axis=1) > 0
+    np.testing.assert_array_equal(shared, target == 1)
+    assert (anchor != partner).all()
+    assert 6 not in anchor[target == 1]  # no label: no positive pair
+
+
+def test_balanced_text_batches_hold_every_label_several_times():
+    labels = np.repeat([0, 1, 2, 3, 4, 5], [10, 10, 3, 8, 12, 6])
+    sampler = BalancedTextSampler(labels, passes=20, batch_size=16)
+    epoch = sampler.epoch(np.random.RandomState(0))
+    assert len(epoch) == int(np.ceil(20 * len(labels) / 16))
+    seen = set()
+    for batch in epoch:
+        assert len(batch) <= 16 and len(np.unique(batch)) == len(batch)
+        counts = np.bincount(labels[batch], minlength=6)
+        assert (counts[counts > 0] >= 3).all() and (counts > 0).sum() == 4
+        seen.update(labels[batch])
+    assert seen == set(range(6))
+    again = BalancedTextSampler(labels, passes=20, batch_size=16)
+    np.testing.assert_array_equal(
+        every_pair(epoch), every_pair(again.epoch(np.random.RandomState(0)))
+    )
+
+
+# ---------------------------------------------------------------------------- the losses
+def test_losses_of_known_vectors():
+    u = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    v = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    # cos = 1 (target 1) and 0 (target 0): no error; swapped targets: error 1 each
+    assert cosine_pair_loss(u, v, torch.tensor([1.0, 0.0])).item() == 0.0
+    assert cosine_pair_loss(u, v, torch.tensor([0.0, 1.0])).item() == 1.0
+    z = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    same = torch.tensor([0, 0, 1, 1])
+    positives = same[:, None] == same[None, :]
+    good = supervised_contrastive_loss(z, positives, temperature=0.1)
+    bad = supervised_contrastive_loss(z, ~positives | torch.eye(4, dtype=bool), 0.1)
+    assert good.item() < 0.01 < bad.item()
+
+
+def same_minus_different(vectors, labels) -> float:
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    cos = unit @ unit.T
+    same = labels[:, None] == labels[None, :]
+    off = ~np.eye(len(labels), dtype=bool)
+    return float(cos[same & off].mean() - cos[~same].mean())
+
+
+# an in-batch step sees every pair of its texts: it takes fewer texts, so more passes
+@pytest.mark.parametrize(("loss", "passes"), [("cosine", 4), ("supcon", 12)])
+def test_both_losses_pull_same_labels_together(tiny_bert, loss, passes):
+    before = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS).transform(TEXTS)
+    est = make(tiny_bert, contrastive_loss=loss, pairs_per_text=passes, max_epochs=3)
+    est.fit(TEXTS, LABELS)
+    after = est.transform(TEXTS)
+    gap_before = same_minus_different(before, LABELS)
+    gap_after = same_minus_different(after, LABELS)
+    assert gap_after > gap_before + 0.2, (gap_before, gap_after)
+    assert est.objective_ == "contrastive" and est.output_layer_ is None
+    assert len(est.loss_curve_) == est.n_iter_ == 3 and est.loss_curve_[-1] < est.loss_curve_[0]
+
+
+def test_multilabel_y_and_chunks(tiny_bert):
+    texts = np.array([LONG_TEXT + " " + t for t in TEXTS], dtype=object)
+    indicator = np.stack([LABELS, 1 - LABELS, np.arange(10) % 2], axis=1)
+    est = make(tiny_bert, truncation="chunks", max_length=16, max_chunks=4, max_epochs=1)
+    est.fit(texts, indicator)
+    assert est.transform(texts).shape == (10, 16)
+    assert np.isfinite(est.loss_curve_).all()
+    attention = make(
+        tiny_bert,
+        truncation="chunks",
+        chunk_pooling="attention",
+        max_length=16,
+        max_chunks=4,
+        fine_tune="top",
+        contrastive_loss="supcon",
+        max_epochs=1,
+    ).fit(texts, LABELS)
+    assert attention.transform(texts).shape == (10, 16)
+
+
+def test_same_seed_same_model_and_warm_start_continues(tiny_bert):
+    a = make(tiny_bert).fit(TEXTS, LABELS).transform(TEXTS)
+    np.testing.assert_array_equal(a, make(tiny_bert).fit(TEXTS, LABELS).transform(TEXTS))
+    other = make(tiny_bert, random_state=1).fit(TEXTS, LABELS).transform(TEXTS)
+    assert not np.array_equal(a, other)
+    est = make(tiny_bert, warm_start=True).fit(TEXTS, LABELS)
+    network = est.network_
+    est.fit(TEXTS, LABELS)  # a copy trained on: not the same as the first fit's
+    assert est.network_ is not network and not np.array_equal(a, est.transform(TEXTS))
+
+
+def test_contrastive_errors(tiny_bert):
+    pairs = np.stack([TEXTS, TEXTS[::-1]], axis=1)
+    with pytest.raises(ValueError, match="takes single texts"):
+        make(tiny_bert).fit(pairs, LABELS)
+    with pytest.raises(ValueError, match="needs class labels"):
+        make(tiny_bert).fit(TEXTS, np.linspace(0, 1, 10))
+    with pytest.raises(ValueError, match="no positive pair"):
+        make(tiny_bert).fit(TEXTS, np.arange(10))
+    with pytest.raises(InvalidParameterError, match="contrastive_loss"):
+        make(tiny_bert, contrastive_loss="triplet").fit(TEXTS, LABELS)
+    with pytest.raises(InvalidParameterError, match="temperature"):
+        make(tiny_bert, contrastive_loss="supcon", temperature=0.0).fit(TEXTS, LABELS)
+    with pytest.raises(InvalidParameterError, match="pairs_per_text"):
+        make(tiny_bert, pairs_per_text=0).fit(TEXTS, LABELS)
+
+
+# ---------------------------------------------------------------------------- sklearn
+def test_grid_search_over_both_stages_and_round_trips(tiny_bert, tmp_path):
+    pipe = make_pipeline(make(tiny_bert, max_epochs=1), LogisticRegression(max_iter=500))
+    grid = GridSearchCV(
+        pipe,
+        {
+            "bertsentencetransformer__contrastive_loss": ["cosine", "supcon"],
+            "bertsentencetransformer__pairs_per_text": [2, 4],
+            "logisticregression__C": [0.1, 10.0],
+        },
+        cv=2,
+        error_score="raise",
+    )
+    grid.fit(TEXTS, LABELS)
+    assert len(grid.cv_results_["params"]) == 8
+    assert np.isfinite(grid.cv_results_["mean_test_score"]).all()
+    step = grid.best_estimator_.named_steps["bertsentencetransformer"]
+    assert (
+        step.get_params()["contrastive_loss"]
+        == grid.best_params_["bertsentencetransformer__contrastive_loss"]
+    )
+    vectors = step.transform(TEXTS)
+    step.save(tmp_path / "step")
+    for loaded in (skbert.load(tmp_path / "step"), pickle.loads(pickle.dumps(step))):
+        np.testing.assert_array_equal(loaded.transform(TEXTS), vectors)
+        assert loaded.get_params()["pairs_per_text"] == step.pairs_per_text
+    pipe_copy = pickle.loads(pickle.dumps(grid.best_estimator_))
+    np.testing.assert_array_equal(
+        pipe_copy.predict_proba(TEXTS), grid.best_estimator_.predict_proba(TEXTS)
+    )
+
+
+def test_an_interrupted_fit_resumes_on_the_same_pairs(tiny_bert, tmp_path, monkeypatch):
+    """The loop cuts a resumed epoch's batches (``batches[position:]``): the streamed pairs
+    from there on are those of the uninterrupted fit, which it then ends on bit for bit."""
+    import skbert._estimator.contrastive as contrastive
+
+    params = {"max_epochs": 2, "checkpoint_steps": 3}  # 10 steps per epoch
+    expected = make(tiny_bert, **params).fit(TEXTS, LABELS).transform(TEXTS)
+    calls = []
+
+    def stop_at_step_15(*args):
+        calls.append(1)
+        if len(calls) == 15:  # mid second epoch: the state of step 12 is on disk
+            raise KeyboardInterrupt
+        return cosine_pair_loss(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(contrastive, "cosine_pair_loss", stop_at_step_15)
+        with pytest.raises(KeyboardInterrupt):
+            make(tiny_bert, checkpoint_dir=tmp_path / "state", **params).fit(TEXTS, LABELS)
+    resumed_calls = []
+
+    def counted(*args):
+        resumed_calls.append(1)
+        return cosine_pair_loss(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(contrastive, "cosine_pair_loss", counted)
+        resumed = make(tiny_bert, checkpoint_dir=tmp_path / "state", **params)
+        resumed.fit(TEXTS, LABELS)
+    assert len(resumed_calls) == 20 - 12  # resumed at step 12, not started again
+    np.testing.assert_array_equal(resumed.transform(TEXTS), expected)
+    assert resumed.n_iter_ == 2
