@@ -20,7 +20,9 @@ transformers forward on a probe input (within the tolerance of its precision), o
 float32 or bfloat16 (the copy of the network that ``precision="bf16"`` predicts with), and
 never while training: anything else runs the transformers forward block by block. The matrix
 products run through :mod:`skbert._inference.cpu.products` (oneDNN with prepacked weights on AVX-512
-CPUs, torch's BLAS elsewhere).
+CPUs, torch's BLAS elsewhere), or for ``precision="int8"`` (``int8=True``, on float32 weights)
+through :mod:`skbert._inference.cpu.quantised`, with weights quantised once per version of
+the weights (a plan of its own, kept beside the float one).
 """
 
 from __future__ import annotations
@@ -34,17 +36,21 @@ from torch.nn import functional as F
 
 from .families import family_of
 from .products import products_for_this_cpu
+from .quantised import Int8
 
-__all__ = ["tiled_forward"]
+__all__ = ["has_plan", "tiled_forward"]
 
 #: Tolerance of the check against the transformers forward, relative to the states' scale, by
 #: the weights' dtype: bfloat16 keeps 8 bits of mantissa (all-MiniLM-L6-v2 in bfloat16 is off
 #: by up to 0.7% of the scale), while a structural mismatch, such as a wrong activation or
 #: layout, is off by about the scale itself.
 _CHECK_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+#: The same for int8 products (float32 weights): all-MiniLM-L6-v2 in int8 is off by up to
+#: about 3% of the scale, the tiny random test checkpoints by up to about 6%.
+_INT8_CHECK_TOLERANCE = 0.15
 
 
-def tiled_forward(backbone, blocks, all_states: bool, tile: int):
+def tiled_forward(backbone, blocks, all_states: bool, tile: int, int8: bool = False):
     """The backbone's hidden states for prediction blocks, or None where the path does not apply.
 
     Parameters
@@ -60,6 +66,9 @@ def tiled_forward(backbone, blocks, all_states: bool, tile: int):
         ``output_hidden_states=True``.
     tile : int
         Tokens per tile of the token-wise layers: the same in every call for the bits to be.
+    int8 : bool, default=False
+        Run the linear layers as int8 products (:class:`~skbert._inference.cpu.quantised.Int8`;
+        float32 weights only).
 
     Returns
     -------
@@ -73,10 +82,18 @@ def tiled_forward(backbone, blocks, all_states: bool, tile: int):
         return None
     if any(ids.device.type != "cpu" for ids, _, _ in blocks):
         return None
-    plan = _plan_for(backbone)
+    plan = _plan_for(backbone, int8)
     if plan is None:
         return None
     return plan.run(backbone, blocks, all_states, tile)
+
+
+def has_plan(backbone, int8: bool = False) -> bool:
+    """Whether :func:`tiled_forward` runs ``backbone`` (in eval mode) at its current weights,
+    with int8 products for ``int8``: its family is known and its check passed (the plan is
+    built and checked now if need be, and kept)."""
+    with torch.no_grad():
+        return _plan_for(backbone, int8) is not None
 
 
 class _Plan:
@@ -84,11 +101,11 @@ class _Plan:
     the tiled forward (query, key and value projections in one matrix), read through its
     ``family`` (:class:`~skbert._inference.cpu.families.Family`)."""
 
-    def __init__(self, backbone, family):
+    def __init__(self, backbone, family, products):
         self.family = family
         self.hidden, self.heads = family.width(backbone.config)
         self.dtype = next(backbone.parameters()).dtype
-        self.products = products_for_this_cpu()
+        self.products = products
         self.bias = family.score_bias(backbone)
         self.scale = family.score_scale(backbone.config, self.hidden // self.heads)
         self.layers = [
@@ -254,14 +271,15 @@ def _attend(part, work, length):
 _layer_norm = torch.ops.aten.native_layer_norm.out  # F.layer_norm into given memory, same bits
 
 
-def _eligible(backbone):
+def _eligible(backbone, int8: bool = False):
     """The family of ``backbone`` (:func:`~skbert._inference.cpu.families.family_of`) when
-    its weights are all float32 or all bfloat16, else None."""
+    its weights are all float32 or all bfloat16 (float32 for ``int8``), else None."""
     family = family_of(backbone)
     if family is None:
         return None
     dtypes = {p.dtype for p in backbone.parameters()}
-    return family if dtypes in ({torch.float32}, {torch.bfloat16}) else None
+    allowed = [{torch.float32}] if int8 else [{torch.float32}, {torch.bfloat16}]
+    return family if dtypes in allowed else None
 
 
 def _signature(backbone):
@@ -280,6 +298,8 @@ def _agrees(backbone, plan) -> bool:
     reference = backbone(input_ids=probe, output_hidden_states=True, return_dict=True)
     tiled = plan.run(backbone, [(probe, None, len(probe))], True, 16)[0]
     tolerance = _CHECK_TOLERANCE[plan.dtype]
+    if plan.products is Int8:
+        tolerance = _INT8_CHECK_TOLERANCE
     for expected, got in zip(reference.hidden_states, tiled.hidden_states, strict=True):
         expected, got = expected.float(), got.float()
         scale = float(expected.abs().max()) or 1.0
@@ -291,22 +311,26 @@ def _agrees(backbone, plan) -> bool:
 
 
 _PLANS = weakref.WeakKeyDictionary()  # backbone -> (signature, plan or None)
+_INT8_PLANS = weakref.WeakKeyDictionary()  # the same, with int8 products
 _LOCK = threading.Lock()
 
 
-def _plan_for(backbone):
-    """The cached plan of ``backbone``, rebuilt (and checked) when its weights changed."""
+def _plan_for(backbone, int8: bool = False):
+    """The cached plan of ``backbone`` (with int8 products for ``int8``), rebuilt (and
+    checked) when its weights changed."""
+    plans = _INT8_PLANS if int8 else _PLANS
     with _LOCK:
         signature = _signature(backbone)
         if signature is None:  # changes to the weights could not be seen: no cached plan
             return None
-        cached = _PLANS.get(backbone)
+        cached = plans.get(backbone)
         if cached is not None and cached[0] == signature:
             return cached[1]
         plan = None
-        family = _eligible(backbone)
+        family = _eligible(backbone, int8)
         if family is not None:
-            candidate = _Plan(backbone, family)
+            products = Int8 if int8 else products_for_this_cpu()
+            candidate = _Plan(backbone, family, products)
             plan = candidate if _agrees(backbone, candidate) else None
-        _PLANS[backbone] = (signature, plan)
+        plans[backbone] = (signature, plan)
         return plan
