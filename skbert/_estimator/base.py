@@ -23,7 +23,7 @@ from .._core.deprecations import (
 )
 from .._core.devices import resolve_device, resolve_precision
 from .._core.flops import training_flops
-from .._core.messages import report
+from .._core.messages import report, user_stacklevel
 from .._inference.int8 import int8_unavailable
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.backbone import SpecialTokens, model_max_length, quiet_loading
@@ -351,7 +351,7 @@ class BertEstimatorBase(BaseEstimator):
 
         return remembered(self, "low_precision", network, make, key=(str(device), dtype))
 
-    def _int8_runs(self, device, network=None, stacklevel=6) -> bool:
+    def _int8_runs(self, device, network=None) -> bool:
         """Whether ``precision="int8"`` runs int8 products on ``device`` (for ``network``, the
         float32 network in eval mode, when given); where it was asked for and cannot
         (:func:`~skbert._inference.int8.int8_unavailable`), warn once per fit (noted in the
@@ -367,7 +367,7 @@ class BertEstimatorBase(BaseEstimator):
                 f"precision='int8' predicts in float32 here: {reason}. "
                 "set_params(precision='fp32') silences this.",
                 UserWarning,
-                stacklevel=stacklevel,
+                stacklevel=user_stacklevel(),
             )
             cache.warned_int8 = True
         return False

@@ -70,7 +70,7 @@ def cached_transform(estimator, first, second, root) -> np.ndarray:
         )
     device, dtype = estimator._device_and_dtype(inference=True)
     readout = estimator.readout_
-    precision = "int8" if estimator._int8_runs(device, stacklevel=5) else dtype
+    precision = "int8" if estimator._int8_runs(device) else dtype
     context = {"model": fingerprint, "device": device.type, "precision": precision}
 
     def compute(positions, all_layers):

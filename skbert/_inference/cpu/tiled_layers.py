@@ -45,9 +45,9 @@ __all__ = ["has_plan", "tiled_forward"]
 #: by up to 0.7% of the scale), while a structural mismatch, such as a wrong activation or
 #: layout, is off by about the scale itself.
 _CHECK_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
-#: The same for int8 products (float32 weights): all-MiniLM-L6-v2 in int8 is off by up to
-#: about 3% of the scale, the tiny random test checkpoints by up to about 6%.
-_INT8_CHECK_TOLERANCE = 0.15
+#: The same for int8 products (float32 weights): on the probe, all-MiniLM-L6-v2 in int8 is
+#: off by up to 4.8% of the scale, the tiny random test checkpoints by under 1%.
+_INT8_CHECK_TOLERANCE = 0.1
 
 
 def tiled_forward(backbone, blocks, all_states: bool, tile: int, int8: bool = False):
