@@ -41,11 +41,18 @@ warm_start : bool, default=False
     (the labels, the input kind and the parameters that shape the network must be the
     same; learning rates, epochs, ``fine_tune`` and ``dropout`` may change). The fit
     trains a copy, so the fitted model stays as it was if the fit fails.
-precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
+precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
     Numeric precision. Training runs under autocast; prediction runs a copy of the
     network cast to bf16 or fp16 (kept until the next ``fit``). ``"auto"`` is bf16 (or
     fp16) on CUDA, except for training a model smaller than BERT-base there (fp32, faster
-    for such models), and fp32 elsewhere. Probabilities are always computed in float64.
+    for such models), and fp32 elsewhere.
+    ``"int8"`` (inference only; training runs fp32) runs the encoder's linear layers as
+    int8 products on the CPU (weights quantised per output channel once per fitted network,
+    each token's input from that token alone, so a text's vector is the same in every
+    call); attention, layer norms, pooling and the output layer stay float32. It needs a
+    CPU with int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX-INT8) and an
+    encoder of a family the CPU's fast path runs; elsewhere (or on CUDA / MPS) it warns once
+    and predicts in fp32. Probabilities are always computed in float64.
 """
 )
 

@@ -87,12 +87,19 @@ batch_size : int, default=32
     Inference (``transform``, ``similarity``) does not use it: it encodes blocks of texts
     of equal length whose shape depends on the device and the model only, so that a
     text's vector is the same bit for bit whatever other texts share the call.
-precision : {"auto", "fp32", "bf16", "fp16"}, default="auto"
+precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
     Numeric precision. Inference runs a copy of the network cast to bf16 or fp16 (kept
     until the next ``fit``); training runs under autocast. ``"auto"`` is bf16 (or fp16)
     on CUDA, except for training a model smaller than BERT-base there (fp32, faster for
     such models), and fp32 elsewhere; ``"bf16"`` is much faster on CPUs with bf16 instructions
-    (AVX512-BF16, AMX). The output is always float32.
+    (AVX512-BF16, AMX).
+    ``"int8"`` (inference only; training runs fp32) runs the encoder's linear layers as
+    int8 products on the CPU (weights quantised per output channel once per fitted network,
+    each token's input from that token alone, so a text's vector is the same in every
+    call); attention, layer norms, pooling and the output layer stay float32. It needs a
+    CPU with int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX-INT8) and an
+    encoder of a family the CPU's fast path runs; elsewhere (or on CUDA / MPS) it warns once
+    and predicts in fp32. The output is always float32.
 memory : None, str, path-like or joblib.Memory, default=None
     Frozen-feature cache (``fine_tune="none"`` only; ignored when training), like
     ``Pipeline(memory=...)``: a directory, or a ``joblib.Memory`` whose location is used.

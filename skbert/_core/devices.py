@@ -74,8 +74,11 @@ def resolve_precision(precision: str, device: torch.device, *, training_flops=No
     :data:`BF16_TRAINING_MIN_FLOPS`): such a model is too small to keep the GPU's matrix
     units busy, and autocast's casts cost more than they save (fine-tuning all-MiniLM-L6-v2
     on an NVIDIA H200 was 1.7x slower in bf16 than in fp32), so it trains in fp32.
+
+    ``"int8"`` is an inference precision: it trains in fp32 (None here), and prediction runs
+    int8 products on the CPU where it can (:mod:`skbert._inference.int8`).
     """
-    if precision == "fp32":
+    if precision in ("fp32", "int8"):
         return None
     if precision == "bf16":
         return torch.bfloat16
@@ -88,7 +91,7 @@ def resolve_precision(precision: str, device: torch.device, *, training_flops=No
             return None
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     raise ValueError(
-        f"precision={precision!r} is not allowed; use 'auto', 'fp32', 'bf16' or 'fp16'."
+        f"precision={precision!r} is not allowed; use 'auto', 'fp32', 'bf16', 'fp16' or 'int8'."
     )
 
 

@@ -10,7 +10,7 @@ import sys
 
 from .launch import current_share
 
-__all__ = ["progress", "report"]
+__all__ = ["progress", "report", "user_stacklevel"]
 
 
 def progress(iterable, *, desc: str, unit: str, verbose, total=None):
@@ -24,6 +24,19 @@ def progress(iterable, *, desc: str, unit: str, verbose, total=None):
     from tqdm.auto import tqdm
 
     return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for :func:`warnings.warn`, called by this function's caller, that
+    names the first frame outside skbert and scikit-learn (the user's call of ``transform``,
+    ``predict``, ..., however deep in skbert the warning is made)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
+        "skbert",
+        "sklearn",
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def report(message: str) -> None:

@@ -23,7 +23,8 @@ from .._core.deprecations import (
 )
 from .._core.devices import resolve_device, resolve_precision
 from .._core.flops import training_flops
-from .._core.messages import report
+from .._core.messages import report, user_stacklevel
+from .._inference.int8 import int8_unavailable
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.backbone import SpecialTokens, model_max_length, quiet_loading
 from .._nn.network import SentenceEncoder
@@ -43,6 +44,9 @@ __all__ = ["BertEstimatorBase"]
 
 #: ``fine_tune`` values: train nothing, only the layers on top of the encoder, or everything
 FINE_TUNE_MODES = ("none", "top", "full")
+
+#: ``precision`` values ("int8" for inference only: training runs fp32)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 
 
 class BertEstimatorBase(BaseEstimator):
@@ -77,7 +81,7 @@ class BertEstimatorBase(BaseEstimator):
         "fine_tune": [fine_tune_constraint(FINE_TUNE_MODES)],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "device": [str],
-        "precision": [StrOptions({"auto", "fp32", "bf16", "fp16"})],
+        "precision": [StrOptions(set(PRECISIONS))],
         "verbose": ["verbose"],
     }
 
@@ -347,6 +351,27 @@ class BertEstimatorBase(BaseEstimator):
 
         return remembered(self, "low_precision", network, make, key=(str(device), dtype))
 
+    def _int8_runs(self, device, network=None) -> bool:
+        """Whether ``precision="int8"`` runs int8 products on ``device`` (for ``network``, the
+        float32 network in eval mode, when given); where it was asked for and cannot
+        (:func:`~skbert._inference.int8.int8_unavailable`), warn once per fit (noted in the
+        prediction cache) that prediction runs float32."""
+        if self.precision != "int8":
+            return False
+        reason = int8_unavailable(device, network)
+        if reason is None:
+            return True
+        cache = prediction_cache(self)
+        if not cache.warned_int8:
+            warnings.warn(
+                f"precision='int8' predicts in float32 here: {reason}. "
+                "set_params(precision='fp32') silences this.",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
+            cache.warned_int8 = True
+        return False
+
     def _forward_all(self, first, second=None, *, desc="Encoding", all_layers=False):
         """Network output for every text (or pair), float32, in input order (see
         :func:`~skbert._inference.predict.predict_rows`)."""
@@ -357,6 +382,7 @@ class BertEstimatorBase(BaseEstimator):
             self._encode(first, second),
             device=device,
             all_layers=all_layers,
+            int8=self._int8_runs(device, network),
             verbose=self.verbose,
             desc=desc,
         )

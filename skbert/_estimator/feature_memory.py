@@ -70,7 +70,8 @@ def cached_transform(estimator, first, second, root) -> np.ndarray:
         )
     device, dtype = estimator._device_and_dtype(inference=True)
     readout = estimator.readout_
-    context = {"model": fingerprint, "device": device.type, "precision": dtype}
+    precision = "int8" if estimator._int8_runs(device) else dtype
+    context = {"model": fingerprint, "device": device.type, "precision": precision}
 
     def compute(positions, all_layers):
         return estimator._forward_all(

@@ -10,7 +10,10 @@ the estimator lives in one :class:`PredictionCache` per estimator object, here:
   (``precision``), for one device and dtype;
 - ``fingerprint``: the feature-cache key of a model fitted before ``memory`` was set;
 - ``warned_device``: the ``device`` whose fall-back to the CPU was last warned about (once
-  per estimator and device).
+  per estimator and device);
+- ``warned_int8``: whether the fall-back of ``precision="int8"`` to float32 was warned about
+  (once per estimator and fit). The int8 weights themselves are kept with the tiled layers'
+  plan of the fitted encoder (:mod:`skbert._inference.int8`), not here: no copy is made.
 
 Lifetime: a cache belongs to one estimator object and goes with it (the estimator is a weak
 key); it is never part of the estimator: not in ``vars``, ``get_params``, a pickle, a
@@ -39,6 +42,7 @@ class PredictionCache:
     low_precision: tuple | None = None
     fingerprint: tuple | None = None
     warned_device: str | None = None
+    warned_int8: bool = False
 
 
 #: estimator object -> its PredictionCache; an entry goes when its estimator does

@@ -156,10 +156,12 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
                     return 0, 0
                 if share not in held_out:
                     held_out[share] = encoded.subset(rows)
+                inference = low_precision_copy(network, device, dtype)
                 outputs = predict_rows(
-                    low_precision_copy(network, device, dtype),
+                    inference,
                     held_out[share],
                     device=device,
+                    int8=self._int8_runs(device, inference),
                 )
                 return self._held_out_score(outputs, rows, y, targets)
 

@@ -82,6 +82,7 @@ def predict_rows(
     *,
     device: torch.device,
     all_layers: bool = False,
+    int8: bool = False,
     verbose: int = 0,
     desc: str = "Encoding",
 ) -> np.ndarray:
@@ -109,6 +110,11 @@ def predict_rows(
         Return :meth:`~skbert._nn.network.SentenceEncoder.all_layer_rows` (every weight-free
         pooling of every hidden state, shape ``(n, 3, n_hidden_states, hidden)``) for the
         feature cache.
+    int8 : bool, default=False
+        On the CPU, the encoder's linear layers as int8 products (``precision="int8"``: a
+        float32 ``network`` whose encoder the tiled layers run, see
+        :func:`~skbert._inference.int8.int8_unavailable`); each row's bits still depend on
+        that row alone.
     verbose : int, default=0
         Show a progress bar over the blocks.
     desc : str, default="Encoding"
@@ -133,7 +139,7 @@ def predict_rows(
     bar = NoBar() if bar is None else bar
     with one_thread_per_block(device) as cores, contextlib.closing(bar):
         if device.type == "cpu":
-            out = run_on_cpu(network, distinct, blocks, bar, cores, budget, all_layers)
+            out = run_on_cpu(network, distinct, blocks, bar, cores, budget, all_layers, int8)
         else:
             encode, _ = row_readers(network, all_layers)
             out = run_on_accelerator(encode, distinct, blocks, bar, device)

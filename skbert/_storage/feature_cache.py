@@ -368,7 +368,7 @@ def cache_key(readout: Readout, *, model: str, device: str, precision) -> dict:
         The model's fingerprint (:mod:`skbert._storage.fingerprint`).
     device : str
         The device type (``"cpu"``, ``"cuda"``, ...).
-    precision : torch.dtype or None
+    precision : torch.dtype, "int8" or None
         The inference precision (None for float32).
 
     Returns

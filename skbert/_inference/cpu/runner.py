@@ -38,7 +38,7 @@ def one_thread_per_block(device):
         torch.set_num_threads(threads)
 
 
-def run_on_cpu(network, rows, blocks, bar, cores, tile, all_layers) -> torch.Tensor:
+def run_on_cpu(network, rows, blocks, bar, cores, tile, all_layers, int8=False) -> torch.Tensor:
     """Row outputs in row order, one group of blocks per core at a time, each single-threaded.
 
     A group's backbone outputs come from
@@ -63,6 +63,8 @@ def run_on_cpu(network, rows, blocks, bar, cores, tile, all_layers) -> torch.Ten
         Tokens per tile of the tiled layers.
     all_layers : bool
         Rows of :meth:`~skbert._nn.network.SentenceEncoder.all_layer_rows` instead.
+    int8 : bool, default=False
+        The tiled layers' linear layers as int8 products (``precision="int8"``).
     """
     encoder = encoder_of(network)
     encode, read = row_readers(network, all_layers)
@@ -77,7 +79,7 @@ def run_on_cpu(network, rows, blocks, bar, cores, tile, all_layers) -> torch.Ten
             ids, types = stack_rows([rows[r] for r in positions])
             stacked.append((torch.from_numpy(ids), torch.from_numpy(types), n_real))
         with torch.inference_mode():
-            states = _tiled_outputs(encoder, stacked, tile, all_layers)
+            states = _tiled_outputs(encoder, stacked, tile, all_layers, int8)
             vectors = [
                 (encode(ids, None, types) if states is None else read(states[i]))[:n_real]
                 for i, (ids, types, n_real) in enumerate(stacked)
@@ -95,14 +97,14 @@ def run_on_cpu(network, rows, blocks, bar, cores, tile, all_layers) -> torch.Ten
     return out
 
 
-def _tiled_outputs(encoder, blocks, tile: int, all_layers: bool):
+def _tiled_outputs(encoder, blocks, tile: int, all_layers: bool, int8: bool):
     """Backbone outputs of ``blocks`` (``(input_ids, token_type_ids, n_real)``) from the tiled
     layers, with every hidden state where the readout (or ``all_layers``) needs them, or None
     where that path does not apply."""
     every = all_layers or not encoder.reads_last_layer_only
     if not encoder.uses_token_types:
         blocks = [(ids, None, n_real) for ids, _, n_real in blocks]
-    return tiled_forward(encoder.backbone, blocks, every, tile)
+    return tiled_forward(encoder.backbone, blocks, every, tile, int8)
 
 
 def block_groups(blocks, lengths, workers: int, group_tokens: int) -> list:

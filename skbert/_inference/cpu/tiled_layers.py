@@ -21,7 +21,9 @@ transformers forward on a probe input (within the tolerance of its precision), o
 float32 or bfloat16 (the copy of the network that ``precision="bf16"`` predicts with), and
 never while training: anything else runs the transformers forward block by block. The matrix
 products run through :mod:`skbert._inference.cpu.products` (oneDNN with prepacked weights on AVX-512
-CPUs, torch's BLAS elsewhere).
+CPUs, torch's BLAS elsewhere), or for ``precision="int8"`` (``int8=True``, on float32 weights)
+through :mod:`skbert._inference.cpu.quantised`, with weights quantised once per version of
+the weights (a plan of its own, kept beside the float one).
 """
 
 from __future__ import annotations
@@ -36,17 +38,21 @@ from torch.nn import functional as F
 
 from .families import family_of
 from .products import products_for_this_cpu
+from .quantised import Int8
 
-__all__ = ["tiled_forward"]
+__all__ = ["has_plan", "tiled_forward"]
 
 #: Tolerance of the check against the float32 transformers forward, relative to the states'
 #: scale, by the weights' dtype: bfloat16 keeps 8 bits of mantissa (all-MiniLM-L6-v2 in
 #: bfloat16 is off by up to 0.7% of the scale), while a structural mismatch, such as a wrong
 #: activation or layout, is off by about the scale itself (see :func:`_agrees`).
 _CHECK_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+#: The same for int8 products (float32 weights): on the probe, all-MiniLM-L6-v2 in int8 is
+#: off by up to 4.8% of the scale, the tiny random test checkpoints by under 1%.
+_INT8_CHECK_TOLERANCE = 0.1
 
 
-def tiled_forward(backbone, blocks, all_states: bool, tile: int):
+def tiled_forward(backbone, blocks, all_states: bool, tile: int, int8: bool = False):
     """The backbone's hidden states for prediction blocks, or None where the path does not apply.
 
     Parameters
@@ -62,6 +68,9 @@ def tiled_forward(backbone, blocks, all_states: bool, tile: int):
         ``output_hidden_states=True``.
     tile : int
         Tokens per tile of the token-wise layers: the same in every call for the bits to be.
+    int8 : bool, default=False
+        Run the linear layers as int8 products (:class:`~skbert._inference.cpu.quantised.Int8`;
+        float32 weights only).
 
     Returns
     -------
@@ -75,10 +84,18 @@ def tiled_forward(backbone, blocks, all_states: bool, tile: int):
         return None
     if any(ids.device.type != "cpu" for ids, _, _ in blocks):
         return None
-    plan = _plan_for(backbone)
+    plan = _plan_for(backbone, int8)
     if plan is None:
         return None
     return plan.run(backbone, blocks, all_states, tile)
+
+
+def has_plan(backbone, int8: bool = False) -> bool:
+    """Whether :func:`tiled_forward` runs ``backbone`` (in eval mode) at its current weights,
+    with int8 products for ``int8``: its family is known and its check passed (the plan is
+    built and checked now if need be, and kept)."""
+    with torch.no_grad():
+        return _plan_for(backbone, int8) is not None
 
 
 class _Plan:
@@ -86,11 +103,11 @@ class _Plan:
     the tiled forward (query, key and value projections in one matrix), read through its
     ``family`` (:class:`~skbert._inference.cpu.families.Family`)."""
 
-    def __init__(self, backbone, family):
+    def __init__(self, backbone, family, products):
         self.family = family
         self.hidden, self.heads = family.width(backbone.config)
         self.dtype = next(backbone.parameters()).dtype
-        self.products = products_for_this_cpu()
+        self.products = products
         self.bias = family.score_bias(backbone)
         self.rotate = family.rotation(backbone)
         self.scale = family.score_scale(backbone.config, self.hidden // self.heads)
@@ -308,14 +325,15 @@ def _attend(part, work, length):
 _layer_norm = torch.ops.aten.native_layer_norm.out  # F.layer_norm into given memory, same bits
 
 
-def _eligible(backbone):
+def _eligible(backbone, int8: bool = False):
     """The family of ``backbone`` (:func:`~skbert._inference.cpu.families.family_of`) when
-    its weights are all float32 or all bfloat16, else None."""
+    its weights are all float32 or all bfloat16 (float32 for ``int8``), else None."""
     family = family_of(backbone)
     if family is None:
         return None
     dtypes = {p.dtype for p in backbone.parameters()}
-    return family if dtypes in ({torch.float32}, {torch.bfloat16}) else None
+    allowed = [{torch.float32}] if int8 else [{torch.float32}, {torch.bfloat16}]
+    return family if dtypes in allowed else None
 
 
 def _signature(backbone):
@@ -336,18 +354,27 @@ def _agrees(backbone, plan) -> bool:
     check (the structure: what a small difference could hide among bfloat16 rounding), and its
     bfloat16 states must be no further from float32 than 2e-2 of the scale or, where
     transformers' own bfloat16 forward drifts further (deep models: a 22-layer ModernBERT drifts
-    by 3-4 %), than 1.25 times that drift.
+    by 3-4 %), than 1.25 times that drift. An int8 plan (on float32 weights) must be within
+    ``_INT8_CHECK_TOLERANCE`` of the float32 forward, and a float32 plan of the same weights
+    must pass the float32 check.
     """
     vocab = getattr(backbone.config, "vocab_size", 100) or 100
     length = plan.family.probe_length(backbone.config)
     probe = (torch.arange(2 * length).reshape(2, length) * 7 + 3) % vocab
     reference = _states(backbone, probe)
     tiled = plan.run(backbone, [(probe, None, len(probe))], True, 16)[0].hidden_states
+    if plan.products is Int8:  # float32 weights: the structure on a float32 plan of them
+        errors = _errors(reference, tiled)
+        if not all(error <= _INT8_CHECK_TOLERANCE for error in errors):
+            return False
+        plan = _Plan(backbone, plan.family, products_for_this_cpu())
+        tiled = plan.run(backbone, [(probe, None, len(probe))], True, 16)[0].hidden_states
     if plan.dtype == torch.float32:
         return all(error <= _CHECK_TOLERANCE[torch.float32] for error in _errors(reference, tiled))
     exact = copy.deepcopy(backbone).float()
     exact_states = _states(exact, probe)
-    exact_tiled = _Plan(exact, plan.family).run(exact, [(probe, None, len(probe))], True, 16)
+    exact_plan = _Plan(exact, plan.family, plan.products)
+    exact_tiled = exact_plan.run(exact, [(probe, None, len(probe))], True, 16)
     structure = _errors(exact_states, exact_tiled[0].hidden_states)
     if not all(error <= _CHECK_TOLERANCE[torch.float32] for error in structure):
         return False
@@ -379,22 +406,26 @@ def _errors(expected_states, got_states):
 
 
 _PLANS = weakref.WeakKeyDictionary()  # backbone -> (signature, plan or None)
+_INT8_PLANS = weakref.WeakKeyDictionary()  # the same, with int8 products
 _LOCK = threading.Lock()
 
 
-def _plan_for(backbone):
-    """The cached plan of ``backbone``, rebuilt (and checked) when its weights changed."""
+def _plan_for(backbone, int8: bool = False):
+    """The cached plan of ``backbone`` (with int8 products for ``int8``), rebuilt (and
+    checked) when its weights changed."""
+    plans = _INT8_PLANS if int8 else _PLANS
     with _LOCK:
         signature = _signature(backbone)
         if signature is None:  # changes to the weights could not be seen: no cached plan
             return None
-        cached = _PLANS.get(backbone)
+        cached = plans.get(backbone)
         if cached is not None and cached[0] == signature:
             return cached[1]
         plan = None
-        family = _eligible(backbone)
+        family = _eligible(backbone, int8)
         if family is not None:
-            candidate = _Plan(backbone, family)
+            products = Int8 if int8 else products_for_this_cpu()
+            candidate = _Plan(backbone, family, products)
             plan = candidate if _agrees(backbone, candidate) else None
-        _PLANS[backbone] = (signature, plan)
+        plans[backbone] = (signature, plan)
         return plan

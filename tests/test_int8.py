@@ -1,0 +1,240 @@
+"""precision="int8": int8 products on the tiled CPU layers (skbert._inference.cpu.quantised),
+the same bits for a text in every call, close to float32, for every estimator's prediction
+methods; float32 with one warning where int8 cannot run; training in float32; kept through
+save/load and pickles; its own feature-cache key."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from test_batch_invariance import one_by_one, sentences
+
+import skbert
+from skbert import BertSentenceTransformer, BertTextClassifier, BertTextRegressor
+from skbert._inference import int8 as int8_module
+from skbert._inference.cpu import quantised
+from skbert._inference.cpu.quantised import Int8, int8_instructions
+from skbert._inference.cpu.tiled_layers import _INT8_PLANS  # the int8 plan cache, see below
+
+pytestmark = pytest.mark.skipif(
+    int8_instructions() is None, reason="this CPU has no int8 dot-product instructions"
+)
+
+TEXTS = ["a good film", "a bad film", "great acting", "terrible plot"] * 2
+LABELS = np.array([1, 0, 1, 0] * 2)
+TRAIN = {"max_epochs": 1, "batch_size": 4, "random_state": 0, "device": "cpu"}
+FALLBACK = "precision='int8' predicts in float32 here"
+
+
+def _cosines(a, b):
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def _int8_plan(estimator):
+    """The int8 plan of the estimator's encoder (private: no public call shows it), or None."""
+    backbone = estimator.fitted_network()
+    backbone = getattr(backbone, "encoder", backbone).backbone
+    return _INT8_PLANS.get(backbone, (None, None))[1]
+
+
+# ---------------------------------------------------------------- the products
+def test_int8_rows_do_not_depend_on_the_other_rows_and_stay_close_to_fp32():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 48, generator=generator)
+    weight = torch.randn(80, 48, generator=generator) * 0.1
+    bias = torch.randn(80, generator=generator)
+    packed = Int8.pack(weight, 64)
+    out = torch.empty(64, 80)
+    first = Int8.linear(x, packed, bias, out).clone()
+    others = torch.cat([x[:7], torch.randn(57, 48, generator=generator) * 30])
+    np.testing.assert_array_equal(Int8.linear(others, packed, bias, out)[:7], first[:7])
+    reference = x @ weight.T + bias
+    assert float((first - reference).abs().max()) < 0.02 * float(reference.abs().max())
+    zeros = torch.zeros(64, 48)  # the filling of a last tile: the bias alone
+    np.testing.assert_array_equal(Int8.linear(zeros, packed, bias, out), bias.expand(64, 80))
+    residual = torch.randn(64, 80, generator=generator)
+    added = Int8.linear_add(x, residual, packed, bias, torch.empty(64, 80))
+    np.testing.assert_array_equal(added, first + residual)
+    gelu = Int8.linear_gelu(x, packed, bias, torch.empty(64, 80))
+    np.testing.assert_array_equal(gelu, torch.nn.functional.gelu(first))
+
+
+@pytest.mark.parametrize(
+    "capability, flags, found",
+    [
+        ("AVX512", {"avx512f", "avx512_vnni"}, "avx512_vnni"),
+        ("AVX2", {"avx2", "avx512_vnni"}, None),  # torch does not run AVX-512 kernels here
+        ("AVX2", {"avx2", "avx_vnni"}, "avx_vnni"),
+        ("AVX512", {"avx512f", "amx_int8"}, "amx_int8"),
+        ("AVX512", {"avx512f", "avx512_bf16"}, None),
+        ("DEFAULT", {"avx_vnni"}, None),
+    ],
+)
+def test_int8_instructions_read_the_capability_and_the_cpu_flags(
+    monkeypatch, capability, flags, found
+):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(quantised, "_cpu_flags", lambda: flags)
+    int8_instructions.cache_clear()
+    try:
+        assert int8_instructions() == found
+    finally:
+        int8_instructions.cache_clear()
+
+
+# ---------------------------------------------------------------- invariance and agreement
+@pytest.mark.parametrize("model", ["tiny_bert", "packaged_model"])
+def test_an_int8_text_alone_has_the_bits_it_gets_in_a_call_of_100(request, model):
+    X = sentences(100, seed=4, longest=40)  # mixed lengths
+    est = BertSentenceTransformer(request.getfixturevalue(model), device="cpu", precision="int8")
+    together = est.fit(["a"]).transform(X)
+    assert _int8_plan(est) is not None  # it ran int8
+    np.testing.assert_array_equal(one_by_one(est.transform, X[:30]), together[:30])
+    order = np.random.default_rng(0).permutation(len(X))
+    np.testing.assert_array_equal(est.transform([X[i] for i in order]), together[order])
+    est.set_params(batch_size=3)
+    np.testing.assert_array_equal(est.transform(X[::2] + X[1::2])[:50], together[::2])
+
+
+@pytest.mark.parametrize(
+    "model", ["tiny_bert", "tiny_distilbert", "tiny_mpnet", "tiny_deberta", "packaged_model"]
+)
+def test_int8_vectors_agree_with_fp32(request, model):
+    X = sentences(60, seed=5)
+    path = request.getfixturevalue(model)
+    fp32 = BertSentenceTransformer(path, device="cpu", precision="fp32").fit(["a"]).transform(X)
+    est = BertSentenceTransformer(path, device="cpu", precision="int8").fit(["a"])
+    int8 = est.transform(X)
+    assert _int8_plan(est) is not None
+    assert not np.array_equal(int8, fp32)  # int8 products did run
+    assert _cosines(int8, fp32).min() >= 0.99
+
+
+def test_int8_weights_are_quantised_once_outside_the_estimator(tiny_bert):
+    est = BertSentenceTransformer(tiny_bert, device="cpu", precision="int8").fit(["a"])
+    before = dict(vars(est))
+    est.transform(["one text"])
+    plan = _int8_plan(est)
+    est.transform(["another text", "and a third"])
+    assert _int8_plan(est) is plan  # kept for the next call
+    assert vars(est).keys() == before.keys()  # predicting set no attribute
+    assert all(vars(est)[k] is v for k, v in before.items())
+    est.fit(["a"])  # a new network: a new plan
+    est.transform(["one text"])
+    assert _int8_plan(est) is not plan
+
+
+# ---------------------------------------------------------------- every estimator
+def test_every_prediction_method_runs_int8(tiny_bert):
+    clf = BertTextClassifier(tiny_bert, precision="int8", **TRAIN).fit(TEXTS, LABELS)
+    reference = BertTextClassifier(tiny_bert, precision="fp32", **TRAIN).fit(TEXTS, LABELS)
+    # trained in float32: the same network as a float32 fit
+    for (name, got), want in zip(
+        clf.network_.state_dict().items(), reference.network_.state_dict().values(), strict=True
+    ):
+        assert torch.equal(got, want), name
+    X = sentences(20, seed=6)
+    proba = clf.predict_proba(X)
+    assert _int8_plan(clf) is not None
+    np.testing.assert_allclose(proba, reference.predict_proba(X), atol=0.02)
+    assert not np.array_equal(proba, reference.predict_proba(X))
+    np.testing.assert_array_equal(clf.predict(X), clf.classes_[proba.argmax(1)])
+    scores = clf.decision_function(X)
+    np.testing.assert_allclose(scores, reference.decision_function(X), atol=0.05)
+    np.testing.assert_array_equal(one_by_one(clf.predict_proba, X), proba)
+
+    reg = BertTextRegressor(tiny_bert, precision="int8", **TRAIN).fit(TEXTS, LABELS * 2.0)
+    fp32_reg = BertTextRegressor(tiny_bert, precision="fp32", **TRAIN).fit(TEXTS, LABELS * 2.0)
+    predicted = reg.predict(X)
+    np.testing.assert_allclose(predicted, fp32_reg.predict(X), atol=0.05)
+    np.testing.assert_array_equal(one_by_one(reg.predict, X).ravel(), predicted)
+
+    st = BertSentenceTransformer(tiny_bert, device="cpu", precision="int8").fit(["a"])
+    pairs = [[a, b] for a, b in zip(X[:10], X[10:], strict=True)]
+    similarity = st.similarity(pairs)
+    vectors = st.transform(X)
+    np.testing.assert_allclose(similarity, _cosines(vectors[:10], vectors[10:]), atol=1e-5)
+
+
+def test_int8_early_stopping_validates_with_the_prediction_path(tiny_bert):
+    clf = BertTextClassifier(
+        tiny_bert,
+        precision="int8",
+        early_stopping=True,
+        validation_fraction=0.25,
+        **{**TRAIN, "max_epochs": 2},
+    ).fit(TEXTS * 2, np.r_[LABELS, LABELS])
+    assert len(clf.validation_scores_) == clf.n_iter_
+
+
+# ---------------------------------------------------------------- where int8 cannot run
+def test_without_vnni_int8_warns_once_and_equals_fp32(tiny_bert, monkeypatch):
+    monkeypatch.setattr(int8_module, "int8_instructions", lambda: None)
+    X = sentences(30, seed=8)
+    fp32 = BertSentenceTransformer(tiny_bert, device="cpu", precision="fp32").fit(["a"])
+    est = BertSentenceTransformer(tiny_bert, device="cpu", precision="int8").fit(["a"])
+    with pytest.warns(UserWarning, match=f"{FALLBACK}: this CPU has no int8") as caught:
+        got = est.transform(X)
+    ours = [w for w in caught if FALLBACK in str(w.message)]
+    assert len(ours) == 1 and ours[0].filename == __file__  # it names the user's call
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per fit: no second warning
+        again = est.transform(X[:5])
+    np.testing.assert_array_equal(got, fp32.transform(X))
+    np.testing.assert_array_equal(again, got[:5])
+
+
+def test_an_encoder_the_tiled_layers_do_not_run_predicts_fp32_with_a_warning(tiny_albert):
+    X = sentences(10, seed=9)
+    fp32 = BertSentenceTransformer(tiny_albert, device="cpu", precision="fp32").fit(["a"])
+    est = BertSentenceTransformer(tiny_albert, device="cpu", precision="int8").fit(["a"])
+    with pytest.warns(UserWarning, match=f"{FALLBACK}: the CPU's fast path does not run"):
+        got = est.transform(X)
+    np.testing.assert_array_equal(got, fp32.transform(X))
+
+
+def test_int8_on_an_accelerator_runs_fp32_with_a_warning(tiny_bert):
+    assert "CPU only" in int8_module.int8_unavailable(torch.device("cuda"))
+    est = BertSentenceTransformer(tiny_bert, device="cpu", precision="int8").fit(["a"])
+    with pytest.warns(UserWarning, match=f"{FALLBACK}: int8 products run on the CPU only"):
+        assert est._int8_runs(torch.device("cuda")) is False
+    assert est._int8_runs(torch.device("cpu")) is True
+
+
+def test_a_bad_precision_names_the_value_and_int8(tiny_bert):
+    with pytest.raises(ValueError, match=r"'precision'.*'int8'.*Got 'int4'"):
+        BertSentenceTransformer(tiny_bert, precision="int4").fit(["a"])
+
+
+# ---------------------------------------------------------------- persistence and the cache
+def test_save_load_and_pickle_keep_int8(tiny_bert, tmp_path):
+    X = sentences(20, seed=10)
+    clf = BertTextClassifier(tiny_bert, precision="int8", **TRAIN).fit(TEXTS, LABELS)
+    proba = clf.predict_proba(X)
+    loaded = skbert.load(clf.save(tmp_path / "clf"))
+    unpickled = pickle.loads(pickle.dumps(clf))
+    for copy in (loaded, unpickled):
+        assert copy.precision == "int8"
+        np.testing.assert_array_equal(copy.predict_proba(X), proba)
+        assert _int8_plan(copy) is not None
+
+
+def test_the_feature_cache_keeps_int8_and_fp32_vectors_apart(tiny_bert, tmp_path):
+    X = sentences(30, seed=11)
+    plain = {
+        p: BertSentenceTransformer(tiny_bert, device="cpu", precision=p).fit(["a"]).transform(X)
+        for p in ("fp32", "int8")
+    }
+    for first, second in (("fp32", "int8"), ("int8", "fp32")):
+        root = tmp_path / first
+        for precision in (first, second):
+            cached = BertSentenceTransformer(
+                tiny_bert, device="cpu", precision=precision, memory=root
+            ).fit(["a"])
+            np.testing.assert_array_equal(cached.transform(X), plain[precision])
+        keys = sorted(p.read_text() for p in root.rglob("key.json"))
+        assert len(keys) == 2 and any('"int8"' in key for key in keys)
