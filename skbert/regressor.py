@@ -13,7 +13,12 @@ from sklearn.base import RegressorMixin, _fit_context
 from sklearn.metrics import r2_score
 from sklearn.utils._param_validation import StrOptions
 
-from ._estimator.parameter_docs import FINE_TUNED_ATTRIBUTES, document, numpydoc_entries
+from ._estimator.parameter_docs import (
+    FINE_TUNED_ATTRIBUTES,
+    INT8_PRECISION,
+    document,
+    numpydoc_entries,
+)
 from ._estimator.supervised import SupervisedEstimator
 from ._estimator.targets import check_regression_targets, check_validation_split
 from ._nn.backbone import DEFAULT_MODEL
@@ -45,13 +50,10 @@ precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
     network cast to bf16 or fp16 (kept until the next ``fit``). ``"auto"`` is bf16 (or
     fp16) on CUDA, except for training a model smaller than BERT-base there (fp32, faster
     for such models), and fp32 elsewhere.
-    ``"int8"`` (inference only; training runs fp32) runs the encoder's linear layers as
-    int8 products on the CPU (weights quantised per output channel once per fitted network,
-    each token's input from that token alone, so a text's vector is the same in every
-    call); attention, layer norms, pooling and the output layer stay float32. It needs a
-    CPU with int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX-INT8) and an
-    encoder of a family the CPU's fast path runs; elsewhere (or on CUDA / MPS) it warns once
-    and predicts in fp32. Predictions are always in float64.
+"""
+    + INT8_PRECISION
+    + """
+    Predictions are always in float64.
 """
 )
 

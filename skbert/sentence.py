@@ -19,7 +19,7 @@ from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
 from ._estimator.contrastive import CONTRASTIVE_PARAMETERS, contrastive_training, label_codes
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
-from ._estimator.parameter_docs import document, numpydoc_entries
+from ._estimator.parameter_docs import INT8_PRECISION, document, numpydoc_entries
 from ._estimator.targets import check_class_labels, check_gold_scores, check_scores, holds_scores
 from ._estimator.training_settings import resolve_training_settings
 from ._estimator.validation import check_texts
@@ -93,13 +93,10 @@ precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
     on CUDA, except for training a model smaller than BERT-base there (fp32, faster for
     such models), and fp32 elsewhere; ``"bf16"`` is much faster on CPUs with bf16 instructions
     (AVX512-BF16, AMX).
-    ``"int8"`` (inference only; training runs fp32) runs the encoder's linear layers as
-    int8 products on the CPU (weights quantised per output channel once per fitted network,
-    each token's input from that token alone, so a text's vector is the same in every
-    call); attention, layer norms, pooling and the output layer stay float32. It needs a
-    CPU with int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX-INT8) and an
-    encoder of a family the CPU's fast path runs; elsewhere (or on CUDA / MPS) it warns once
-    and predicts in fp32. The output is always float32.
+"""
+        + INT8_PRECISION
+        + """
+    The output is always float32.
 memory : None, str, path-like or joblib.Memory, default=None
     Frozen-feature cache (``fine_tune="none"`` only; ignored when training), like
     ``Pipeline(memory=...)``: a directory, or a ``joblib.Memory`` whose location is used.

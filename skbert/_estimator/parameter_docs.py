@@ -20,7 +20,14 @@ import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from string import Template
 
-__all__ = ["ATTRIBUTES", "FINE_TUNED_ATTRIBUTES", "PARAMETERS", "document", "numpydoc_entries"]
+__all__ = [
+    "ATTRIBUTES",
+    "FINE_TUNED_ATTRIBUTES",
+    "INT8_PRECISION",
+    "PARAMETERS",
+    "document",
+    "numpydoc_entries",
+]
 
 # A class docstring's sections are indented as the class body is.
 _INDENT = " " * 4
@@ -46,6 +53,17 @@ def numpydoc_entries(text: str) -> dict[str, str]:
             entries[name] += "\n" + line
     return entries
 
+
+#: The part of the ``precision`` entry on ``"int8"`` that every estimator shares (each writes
+#: its own entry around it: what its training and its outputs do); ends without a newline.
+INT8_PRECISION = """\
+    ``"int8"`` (inference only; training runs fp32) runs the encoder's linear layers as
+    int8 products on the CPU (weights quantised per output channel once per fitted network,
+    each token's input from that token alone, so a text's vector is the same in every
+    call); attention, layer norms, pooling and the output layer stay float32. It needs a
+    CPU with int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX-INT8) and an
+    encoder of a family the CPU's fast path runs; elsewhere (or on CUDA / MPS) it warns once
+    and predicts in fp32."""
 
 PARAMETERS: dict[str, str] = numpydoc_entries(
     """
