@@ -9,10 +9,12 @@ clipping 1.0, on the CPU; then the 1,379 STS-B test pairs are predicted.
   ``fit`` (its default loss for one label: binary cross-entropy on score / 5; in
   sentence-transformers 6, ``fit`` runs ``CrossEncoderTrainer``), predicting with
   ``predict(pairs, batch_size=32)``;
-* ``skbert``: ``BertTextRegressor(path, batch_size=16, max_epochs=1, learning_rate=2e-5)``
-  (squared error on standardised scores; the new output layer trains at skbert's default
-  ``top_learning_rate=1e-3``, ``--top-learning-rate`` changes it), predicting with
-  ``predict``.
+* ``skbert``: ``BertTextRegressor(path, pooling="pooler", batch_size=16, max_epochs=1,
+  learning_rate=2e-5)``: the model's own pooler (dense + tanh over [CLS], from the
+  checkpoint), as the peer's ``BertForSequenceClassification`` head reads it; squared error
+  on standardised scores; the pooler's copy and the new output layer train at skbert's
+  default ``top_learning_rate=1e-3`` (``--top-learning-rate`` and ``--pooling`` change
+  them), predicting with ``predict``.
 
 Each contender's training time covers loading the model, tokenizing and the epoch; the
 prediction time covers tokenizing and predicting the test pairs. The two run in turn,
@@ -92,7 +94,7 @@ def run_cross_encoder(train, test, learning_rate, seed=0):
     return train_speed, predict_speed, spearman(predicted, y_test)
 
 
-def run_skbert(train, test, learning_rate, top_learning_rate, seed=0):
+def run_skbert(train, test, learning_rate, top_learning_rate, seed=0, pooling="pooler"):
     """BertTextRegressor: training pairs/s, prediction pairs/s and the test Spearman x100."""
     from skbert import BertTextRegressor
 
@@ -104,6 +106,7 @@ def run_skbert(train, test, learning_rate, top_learning_rate, seed=0):
         max_epochs=1,
         learning_rate=learning_rate,
         top_learning_rate=top_learning_rate,
+        pooling=pooling,
         warmup_fraction=WARMUP,
         weight_decay=0.01,
         device="cpu",
@@ -132,6 +135,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="the first round's seed")
     parser.add_argument("--learning-rate", type=float, default=2e-5)
     parser.add_argument("--top-learning-rate", type=float, default=1e-3)
+    parser.add_argument(
+        "--pooling", default="pooler", help="skbert's pooling (the peer reads the pooler too)"
+    )
     args = parser.parse_args(argv)
     X, y = load_stsb("train", data_home=args.data_home, return_X_y=True)
     X_test, y_test = load_stsb("test", data_home=args.data_home, return_X_y=True)
@@ -150,7 +156,7 @@ def main(argv=None):
     contenders = {
         "CrossEncoder": lambda seed: run_cross_encoder(train, test, args.learning_rate, seed),
         "skbert": lambda seed: run_skbert(
-            train, test, args.learning_rate, args.top_learning_rate, seed
+            train, test, args.learning_rate, args.top_learning_rate, seed, args.pooling
         ),
     }
     for round_ in range(args.rounds):

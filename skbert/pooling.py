@@ -6,6 +6,8 @@ place, so the modules are safe under autograd and autocast.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -14,6 +16,7 @@ from ._core import names as _names
 from ._core.names import (  # noqa: F401 - the names of the poolings, re-exported unchanged
     CHUNK_POOLINGS,
     FROZEN_POOLINGS,
+    PRETRAINED_POOLINGS,
     TOKEN_POOLINGS,
     TRAINABLE_CHUNK_POOLINGS,
     TRAINABLE_POOLINGS,
@@ -25,6 +28,8 @@ __all__ = [
     "MeanPooling",
     "MaxPooling",
     "CNNPooling",
+    "PoolerPooling",
+    "pooler_dense",
     "ChunkPooling",
     "AttentionChunkPooling",
     "make_pooling",
@@ -37,6 +42,45 @@ class CLSPooling(nn.Module):
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return states[:, 0]
+
+
+class PoolerPooling(nn.Module):
+    """The model's own pooler: ``tanh(dense(first token's state))``, as BERT's next-sentence
+    head and transformers' ``*ForSequenceClassification`` heads of BERT, ALBERT and MPNet read
+    a text (and as sentence-transformers' ``CrossEncoder`` does through them).
+
+    Parameters
+    ----------
+    dense : torch.nn.Linear
+        The pooler's dense layer, copied (the backbone's own pooler is left unused and
+        unchanged); see :func:`pooler_dense`.
+    """
+
+    def __init__(self, dense: nn.Linear):
+        super().__init__()
+        self.dense = copy.deepcopy(dense)
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(states[:, 0]))
+
+
+def pooler_dense(backbone) -> nn.Linear | None:
+    """The dense layer of ``backbone``'s pooler (dense + tanh over the first token), or None.
+
+    BERT, RoBERTa, MPNet, ELECTRA-style ``pooler.dense``, and ALBERT's ``pooler`` (a Linear
+    followed by ``pooler_activation``); models without one (DistilBERT, DeBERTa, ModernBERT)
+    give None.
+    """
+    pooler = getattr(backbone, "pooler", None)
+    if isinstance(pooler, nn.Linear) and isinstance(
+        getattr(backbone, "pooler_activation", None), nn.Tanh
+    ):
+        return pooler
+    dense = getattr(pooler, "dense", None)
+    activation = getattr(pooler, "activation", None)
+    if isinstance(dense, nn.Linear) and isinstance(activation, nn.Tanh):
+        return dense
+    return None
 
 
 class MeanPooling(nn.Module):
@@ -172,13 +216,18 @@ class AttentionChunkPooling(nn.Module):
 
 
 def make_pooling(
-    name: str, input_dim: int | None = None, *, kernel_sizes=(1, 3, 5), channels: int = 128
+    name: str,
+    input_dim: int | None = None,
+    *,
+    kernel_sizes=(1, 3, 5),
+    channels: int = 128,
+    pooler: nn.Linear | None = None,
 ) -> nn.Module:
     """Build the token pooling module called ``name``.
 
     Parameters
     ----------
-    name : {"cls", "mean", "max", "cnn"}
+    name : {"cls", "mean", "max", "cnn", "pooler"}
         The pooling.
     input_dim : int or None, default=None
         Width of the token states; needed by ``"cnn"``.
@@ -186,6 +235,8 @@ def make_pooling(
         Convolution widths of ``"cnn"``.
     channels : int, default=128
         Channels per convolution of ``"cnn"``.
+    pooler : torch.nn.Linear or None, default=None
+        The dense layer of the model's pooler, needed by ``"pooler"`` (:func:`pooler_dense`).
 
     Returns
     -------
@@ -194,6 +245,14 @@ def make_pooling(
     """
     if name == "cnn":
         return CNNPooling(input_dim, kernel_sizes=tuple(kernel_sizes), channels=channels)
+    if name == "pooler":
+        if pooler is None:
+            raise ValueError(
+                "pooling='pooler' reads the model's own pooler (a dense layer and tanh over "
+                "the first token: BERT, ALBERT, RoBERTa, MPNet, ...), and this model has none; "
+                "use pooling='cls' (the first token's state) or 'mean'."
+            )
+        return PoolerPooling(pooler)
     modules = {"cls": CLSPooling, "mean": MeanPooling, "max": MaxPooling}
     if name not in modules:
         raise ValueError(f"pooling={name!r} is not allowed; use one of {TOKEN_POOLINGS}.")

@@ -35,11 +35,14 @@ __all__ = ["BertSentenceTransformer"]
 _OWN_PARAMETERS = (
     numpydoc_entries(
         """
-pooling : {"cls", "mean", "max", "cnn"}, default="mean"
+pooling : {"cls", "mean", "max", "cnn", "pooler"}, default="mean"
     How the token states become one vector: the first token's state, or the mean or
     maximum over the real (non-padding) tokens. ``"cnn"`` is a CNN over the token states
     (Choi et al.'s CNN-SBERT; ``cnn_kernel_sizes``, ``cnn_channels``) with weights of its
-    own, which need training (``fine_tune="top"`` or ``"full"``).
+    own, which need training (``fine_tune="top"`` or ``"full"``). ``"pooler"`` is the
+    model's own pooler (a dense layer and tanh over the first token, with the checkpoint's
+    weights: BERT, ALBERT, RoBERTa, MPNet); with ``memory=`` its vectors are cached as
+    they are, not assembled from the per-layer cache.
 chunk_pooling : {"mean", "max", "attention"}, default="mean"
     How the window vectors of one text are combined with ``truncation="chunks"``.
     ``"attention"`` (Sun et al.'s hierarchical self-attention) has weights and needs

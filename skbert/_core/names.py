@@ -14,12 +14,18 @@ __all__ = [
     "FROZEN_POOLINGS",
     "TRAINABLE_POOLINGS",
     "TRAINABLE_CHUNK_POOLINGS",
+    "PRETRAINED_POOLINGS",
 ]
 
-TOKEN_POOLINGS = ("cls", "mean", "max", "cnn")
+TOKEN_POOLINGS = ("cls", "mean", "max", "cnn", "pooler")
 CHUNK_POOLINGS = ("mean", "max", "attention")
-#: token poolings that have weights of their own, and so need training
+#: token poolings that have new weights of their own, and so need training
 TRAINABLE_POOLINGS = frozenset({"cnn"})
 TRAINABLE_CHUNK_POOLINGS = frozenset({"attention"})
+#: token poolings with weights taken from the checkpoint (the model's own pooler): usable
+#: frozen, but not a weight-free pooling that the frozen-feature cache can assemble
+PRETRAINED_POOLINGS = frozenset({"pooler"})
 #: token poolings without weights, in the order the frozen-feature cache stores them
-FROZEN_POOLINGS = tuple(p for p in TOKEN_POOLINGS if p not in TRAINABLE_POOLINGS)
+FROZEN_POOLINGS = tuple(
+    p for p in TOKEN_POOLINGS if p not in TRAINABLE_POOLINGS | PRETRAINED_POOLINGS
+)

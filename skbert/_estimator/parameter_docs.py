@@ -74,10 +74,13 @@ model : str or fitted skbert estimator, default="sentence-transformers/all-MiniL
     Hugging Face cache. A fitted skbert estimator (or
     ``sklearn.frozen.FrozenEstimator(fitted)`` inside ``GridSearchCV``) starts from its
     fine-tuned encoder, not its pooling weights or output layer (multi-task learning).
-pooling : {"cls", "mean", "max", "cnn"}, default="mean"
+pooling : {"cls", "mean", "max", "cnn", "pooler"}, default="mean"
     How the token states become the vector the output layer reads: the first token's
-    state, the mean or maximum over the real (non-padding) tokens, or a mask-aware CNN
-    over the token states (``cnn_kernel_sizes``, ``cnn_channels``), max over time.
+    state, the mean or maximum over the real (non-padding) tokens, a mask-aware CNN
+    over the token states (``cnn_kernel_sizes``, ``cnn_channels``), max over time, or
+    ``"pooler"``: the model's own pooler (a dense layer and tanh over the first token,
+    from the checkpoint: BERT, ALBERT, RoBERTa, MPNet; fine-tuned with the encoder), the
+    reading of transformers' sequence-classification heads and of a ``CrossEncoder``.
 layer : int or tuple of int, default=-1
     Which hidden state(s) to read: 0 is the embedding output, 1 the first layer, -1 the
     last. A tuple reads several, combined by ``layer_combine`` (Sun et al.'s "last four

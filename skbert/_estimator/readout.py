@@ -40,7 +40,8 @@ def resolve_readout(params: dict, config, specials, max_model_length: int) -> Re
     ------
     ValueError
         For a ``max_length`` above the model's limit, a ``head_length`` that leaves no tail,
-        a ``layer`` out of range, or ``cnn_kernel_sizes`` that are not positive ints.
+        a ``layer`` out of range, ``cnn_kernel_sizes`` that are not positive ints, or
+        ``pooling="pooler"`` on concatenated layers.
     """
     max_length = max_model_length if params["max_length"] is None else params["max_length"]
     if max_length > max_model_length:
@@ -57,13 +58,21 @@ def resolve_readout(params: dict, config, specials, max_model_length: int) -> Re
             f"truncation='head+tail' needs head_length < {budget}."
         )
     n_hidden_states = config.num_hidden_layers + 1
+    layers = check_layers(params["layer"], n_hidden_states)
+    if params["pooling"] == "pooler" and len(layers) > 1 and params["layer_combine"] == "concat":
+        raise ValueError(
+            f"pooling='pooler' reads one hidden state per token (the pooler's dense layer takes "
+            f"{config.hidden_size} values), but layer={params['layer']!r} with "
+            "layer_combine='concat' widens it; use one layer, or layer_combine='mean' or "
+            "'max'."
+        )
     return Readout(
         truncation=params["truncation"],
         max_length=max_length,
         head_length=params["head_length"],
         max_chunks=params["max_chunks"],
         chunk_pooling=params["chunk_pooling"],
-        layers=check_layers(params["layer"], n_hidden_states),
+        layers=layers,
         layer_combine=params["layer_combine"],
         pooling=params["pooling"],
         hidden_size=config.hidden_size,

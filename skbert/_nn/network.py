@@ -7,7 +7,7 @@ import inspect
 import torch
 from torch import nn
 
-from ..pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling
+from ..pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling, pooler_dense
 from .readout import Readout
 
 __all__ = [
@@ -47,6 +47,7 @@ class SentenceEncoder(nn.Module):
             readout.token_dim,
             kernel_sizes=readout.cnn_kernel_sizes,
             channels=readout.cnn_channels,
+            pooler=pooler_dense(backbone) if readout.pooling == "pooler" else None,
         )
         self.chunk_pooling = make_chunk_pooling(readout.chunk_pooling, readout.output_dim)
         params = inspect.signature(backbone.forward).parameters

@@ -36,7 +36,7 @@ class Readout:
         Non-negative indices of the hidden states read.
     layer_combine : {"concat", "mean", "max"}
         How the token states of several layers are combined.
-    pooling : {"cls", "mean", "max", "cnn"}
+    pooling : {"cls", "mean", "max", "cnn", "pooler"}
         How token states become one vector.
     hidden_size : int
         Width of one hidden state of the encoder.
