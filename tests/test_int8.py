@@ -188,6 +188,18 @@ def test_without_vnni_int8_warns_once_and_equals_fp32(tiny_bert, monkeypatch):
     np.testing.assert_array_equal(again, got[:5])
 
 
+def test_a_torch_without_cpu_int8_products_warns_and_equals_fp32(tiny_bert, monkeypatch):
+    """torch 2.2 (the oldest supported) has torch._int_mm for CUDA only: int8 then predicts in
+    float32 with one warning that names torch, not the CPU."""
+    monkeypatch.setattr(int8_module, "int8_products_in_torch", lambda: False)
+    X = sentences(12, seed=10)
+    fp32 = BertSentenceTransformer(tiny_bert, device="cpu", precision="fp32").fit(["a"])
+    est = BertSentenceTransformer(tiny_bert, device="cpu", precision="int8").fit(["a"])
+    with pytest.warns(UserWarning, match=rf"{FALLBACK}: this torch \(.*\) has no int8 matrix"):
+        got = est.transform(X)
+    np.testing.assert_array_equal(got, fp32.transform(X))
+
+
 def test_an_encoder_the_tiled_layers_do_not_run_predicts_fp32_with_a_warning(tiny_albert):
     X = sentences(10, seed=9)
     fp32 = BertSentenceTransformer(tiny_albert, device="cpu", precision="fp32").fit(["a"])

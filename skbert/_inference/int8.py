@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from .composition import encoder_of
-from .cpu.quantised import VNNI_FLAGS, int8_instructions
+from .cpu.quantised import VNNI_FLAGS, int8_instructions, int8_products_in_torch
 from .cpu.tiled_layers import has_plan
 
 __all__ = ["int8_unavailable"]
@@ -41,6 +41,11 @@ def int8_unavailable(device: torch.device, network=None) -> str | None:
         return (
             f"int8 products run on the CPU only, and this prediction runs on {device.type!r} "
             "(set_params(precision='auto') for bf16 there)"
+        )
+    if not int8_products_in_torch():
+        return (
+            f"this torch ({torch.__version__}) has no int8 matrix product on the CPU "
+            "(torch._int_mm); a newer torch has"
         )
     if int8_instructions() is None:
         flags = ", ".join(VNNI_FLAGS)

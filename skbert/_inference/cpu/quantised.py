@@ -34,7 +34,7 @@ import threading
 
 import torch
 
-__all__ = ["Int8", "int8_instructions"]
+__all__ = ["Int8", "int8_instructions", "int8_products_in_torch"]
 
 #: The CPU flags (of ``/proc/cpuinfo``) of instructions with int8 dot products: AVX512-VNNI,
 #: AVX-VNNI (AVX2 CPUs since Alder Lake / Zen 5), AMX-INT8.
@@ -51,7 +51,7 @@ def int8_instructions() -> str | None:
     names (AVX2 or AVX512 on x86); the CPU's own flags are read from ``/proc/cpuinfo`` (Linux;
     elsewhere none is found).
     """
-    if not hasattr(torch, "_int_mm"):
+    if not int8_products_in_torch():
         return None
     capability = torch.backends.cpu.get_cpu_capability()
     if not capability.startswith(("AVX2", "AVX512")):
@@ -61,6 +61,19 @@ def int8_instructions() -> str | None:
         if flag in flags and (flag != "avx512_vnni" or capability.startswith("AVX512")):
             return flag
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def int8_products_in_torch() -> bool:
+    """Whether this torch multiplies int8 matrices on the CPU (``torch._int_mm``; older
+    releases, 2.2 among them, have the operation for CUDA only). Probed once per process."""
+    if not hasattr(torch, "_int_mm"):
+        return False
+    try:
+        torch._int_mm(torch.ones(32, 64, dtype=torch.int8), torch.ones(64, 32, dtype=torch.int8))
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
 
 
 def _cpu_flags() -> set:
