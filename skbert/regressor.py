@@ -15,8 +15,8 @@ from sklearn.utils._param_validation import StrOptions
 
 from ._estimator.parameter_docs import (
     FINE_TUNED_ATTRIBUTES,
-    INT8_PRECISION,
     document,
+    fine_tuned_precision,
     numpydoc_entries,
 )
 from ._estimator.supervised import SupervisedEstimator
@@ -45,16 +45,8 @@ warm_start : bool, default=False
     must be the same, and the targets are standardised as in the first fit; learning
     rates, epochs, ``fine_tune``, ``dropout`` and ``loss`` may change). The fit trains a
     copy, so the fitted model stays as it was if the fit fails.
-precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
-    Numeric precision. Training runs under autocast; prediction runs a copy of the
-    network cast to bf16 or fp16 (kept until the next ``fit``). ``"auto"`` is bf16 (or
-    fp16) on CUDA, except for training a model smaller than BERT-base there (fp32, faster
-    for such models), and fp32 elsewhere.
 """
-    + INT8_PRECISION
-    + """
-    Predictions are always in float64.
-"""
+    + fine_tuned_precision("Predictions are always in float64.")
 )
 
 _OWN_ATTRIBUTES = numpydoc_entries(

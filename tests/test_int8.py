@@ -172,12 +172,27 @@ def test_int8_early_stopping_validates_with_the_prediction_path(tiny_bert):
 
 
 # ---------------------------------------------------------------- where int8 cannot run
-def test_without_vnni_int8_warns_once_and_equals_fp32(tiny_bert, monkeypatch):
-    monkeypatch.setattr(int8_module, "int8_instructions", lambda: None)
+@pytest.mark.parametrize(
+    "missing, reason",
+    [
+        ("int8_instructions", "this CPU has no int8"),
+        # torch 2.2 (the oldest supported) has torch._int_mm for CUDA only
+        ("int8_products_in_torch", r"this torch \(.*\) has no int8 matrix"),
+    ],
+    ids=["no VNNI", "no CPU int8 product in torch"],
+)
+def test_without_int8_products_int8_warns_once_and_equals_fp32(
+    tiny_bert, monkeypatch, missing, reason
+):
+    """Without int8 dot-product instructions, or a torch that multiplies int8 on the CPU,
+    int8 predicts in float32 with one warning (per fit, at the user's call) saying why."""
+    monkeypatch.setattr(
+        int8_module, missing, (lambda: None) if missing == "int8_instructions" else (lambda: False)
+    )
     X = sentences(30, seed=8)
     fp32 = BertSentenceTransformer(tiny_bert, device="cpu", precision="fp32").fit(["a"])
     est = BertSentenceTransformer(tiny_bert, device="cpu", precision="int8").fit(["a"])
-    with pytest.warns(UserWarning, match=f"{FALLBACK}: this CPU has no int8") as caught:
+    with pytest.warns(UserWarning, match=f"{FALLBACK}: {reason}") as caught:
         got = est.transform(X)
     ours = [w for w in caught if FALLBACK in str(w.message)]
     assert len(ours) == 1 and ours[0].filename == __file__  # it names the user's call
@@ -186,18 +201,6 @@ def test_without_vnni_int8_warns_once_and_equals_fp32(tiny_bert, monkeypatch):
         again = est.transform(X[:5])
     np.testing.assert_array_equal(got, fp32.transform(X))
     np.testing.assert_array_equal(again, got[:5])
-
-
-def test_a_torch_without_cpu_int8_products_warns_and_equals_fp32(tiny_bert, monkeypatch):
-    """torch 2.2 (the oldest supported) has torch._int_mm for CUDA only: int8 then predicts in
-    float32 with one warning that names torch, not the CPU."""
-    monkeypatch.setattr(int8_module, "int8_products_in_torch", lambda: False)
-    X = sentences(12, seed=10)
-    fp32 = BertSentenceTransformer(tiny_bert, device="cpu", precision="fp32").fit(["a"])
-    est = BertSentenceTransformer(tiny_bert, device="cpu", precision="int8").fit(["a"])
-    with pytest.warns(UserWarning, match=rf"{FALLBACK}: this torch \(.*\) has no int8 matrix"):
-        got = est.transform(X)
-    np.testing.assert_array_equal(got, fp32.transform(X))
 
 
 def test_an_encoder_the_tiled_layers_do_not_run_predicts_fp32_with_a_warning(tiny_albert):

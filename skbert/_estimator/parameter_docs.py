@@ -25,6 +25,7 @@ __all__ = [
     "FINE_TUNED_ATTRIBUTES",
     "INT8_PRECISION",
     "PARAMETERS",
+    "fine_tuned_precision",
     "document",
     "numpydoc_entries",
 ]
@@ -64,6 +65,22 @@ INT8_PRECISION = """\
     CPU with int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX-INT8) and an
     encoder of a family the CPU's fast path runs; elsewhere (or on CUDA / MPS) it warns once
     and predicts in fp32."""
+
+
+def fine_tuned_precision(outputs: str) -> str:
+    """The ``precision`` entry of an estimator fine-tuned on targets (the classifier, the
+    regressor), ending with ``outputs``: a sentence on the precision of what it returns."""
+    return (
+        """precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
+    Numeric precision. Training runs under autocast; prediction runs a copy of the
+    network cast to bf16 or fp16 (kept until the next ``fit``). ``"auto"`` is bf16 (or
+    fp16) on CUDA, except for training a model smaller than BERT-base there (fp32, faster
+    for such models), and fp32 elsewhere.
+"""
+        + INT8_PRECISION
+        + f"\n    {outputs}\n"
+    )
+
 
 PARAMETERS: dict[str, str] = numpydoc_entries(
     """
