@@ -12,7 +12,8 @@ A non-finite loss, gradient norm, weight or validation score stops training with
 NaN weights is ever returned. One step function serves every device: it records each step's loss
 and gradient norm in the fault checks (:mod:`skbert._training.fault_checks`), read every N steps
 before the update. N = 1 on the CPU and under float16 loss scaling: the host sees each step.
-Where the device has fused AdamW (CUDA), that optimizer is used, skips a bad step on the device,
+Where torch has fused AdamW for the device (CUDA; the CPU since torch 2.4), that optimizer is
+used (:func:`fused_adamw`); on CUDA it skips a bad step on the device,
 and N = :data:`~skbert._training.fault_checks.READ_EVERY`, so the host does not wait for the
 device in a step. With a :class:`~skbert._training.checkpoint.TrainingCheckpoint` the whole
 training state is written at intervals, and a later call continues from it to the same result as
@@ -28,6 +29,7 @@ stopping) is the same on each, and only rank 0 writes checkpoints or prints.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import re
 import warnings
@@ -317,25 +319,51 @@ def _optimisation(network, config: TrainingConfig, total_steps: int) -> _Optimis
         weight_decay=config.weight_decay,
         train_backbone=config.train_backbone,
     )
-    fused = config.device.type in FUSED_ADAMW_DEVICES
+    fused = fused_adamw(config.device)
     optimizer = torch.optim.AdamW(
         groups, lr=config.learning_rate, **({"fused": True} if fused else {})
     )
     scaler = loss_scaler(config.device, config.dtype)
+    deferred = fused and config.device.type in DEFERRED_CHECK_DEVICES
     return _Optimisation(
         params=[p for g in groups for p in g["params"]],
         optimizer=optimizer,
         scheduler=linear_schedule(optimizer, total_steps, config.warmup_fraction),
         scaler=scaler,
-        check_every=READ_EVERY if fused and not scaler.is_enabled() else 1,
+        check_every=READ_EVERY if deferred and not scaler.is_enabled() else 1,
     )
 
 
-#: Device types where training uses fused AdamW (one kernel for all parameters, and a step
-#: that can be skipped on the device, which lets the loop check each step without waiting for
-#: the device). CUDA only: the CPU's fused AdamW (torch >= 2.4) would change the bits of CPU
-#: training, whose foreach AdamW never waits anyway.
-FUSED_ADAMW_DEVICES = ("cuda",)
+#: Device types where the training loop reads its fault checks every READ_EVERY steps (fused
+#: AdamW skips a bad step on the device, so the host need not wait for the device at each
+#: step). On the CPU the host is the device: it checks each step before its update.
+DEFERRED_CHECK_DEVICES = ("cuda",)
+
+
+def fused_adamw(device: torch.device) -> bool:
+    """Whether training on ``device`` uses fused AdamW: one kernel over all the parameters.
+
+    On CUDA always; on the CPU where torch has it (2.4 and later; probed once), where it is
+    the step's largest saving: on all-MiniLM-L6-v2's 22.7 million parameters one AdamW step
+    took 9.7 ms fused against 67 ms for torch's default CPU implementation (a loop over the
+    parameters) and 60 ms for its ``foreach`` one, on a 2-core AMD EPYC (Zen 5), torch 2.13.
+    That is a quarter of a 16-sentence training step of that model there.
+    """
+    if device.type == "cuda":
+        return True
+    return device.type == "cpu" and _cpu_fused_adamw()
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_fused_adamw() -> bool:
+    """Whether this torch has a fused AdamW for CPU tensors (torch >= 2.4)."""
+    weight = torch.zeros(2, requires_grad=True)
+    weight.grad = torch.ones(2)
+    try:
+        torch.optim.AdamW([weight], lr=1e-3, fused=True).step()
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return True
 
 
 def loss_scaler(device: torch.device, dtype):
