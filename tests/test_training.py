@@ -436,5 +436,5 @@ def test_fused_and_unfused_adamw_train_to_the_same_weights_within_rounding(monke
     monkeypatch.setattr(loop, "_cpu_fused_adamw", lambda: False)
     plain = Net()
     train(plain, loss_fn, make_batches, config())
-    for a, b in zip(fused.state_dict().values(), plain.state_dict().values()):
+    for a, b in zip(fused.state_dict().values(), plain.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

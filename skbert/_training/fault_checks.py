@@ -7,7 +7,8 @@ gradient norm was not finite, naming that step, and no update from that step on 
 
 - N = 1, :class:`HostChecks`: the host reads each step's values before its update. Used on the
   CPU (where the host is the device: reading a value costs it no wait) and under float16 loss
-  scaling, whose scaler skips a step with an inf or NaN gradient itself (only the loss is checked there).
+  scaling, whose scaler skips a step with an inf or NaN gradient itself (only the loss is
+  checked there).
 - N = :data:`READ_EVERY`, :class:`DeferredChecks`: reading a value back to the host
   (``float(loss)``) makes the host wait for the device at every step, so it cannot queue the
   next step's work while the device computes: on a GPU, the device then idles between steps.
