@@ -33,11 +33,23 @@ def cpu_flags() -> set[str]:
 
 
 def cpu_model() -> str:
+    """The CPU's model name, with its family and model numbers where the name alone does not
+    tell the generation (an "AMD EPYC" may be Zen 3, 4 or 5: family 25 or 26)."""
+    fields = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model") and key not in fields:
+                    fields[key] = value.strip()
+                if not line.strip():
+                    break  # the first processor only
     except OSError:
         pass  # not Linux: fall back to what platform knows
-    return platform.processor() or platform.machine()
+    if "model name" not in fields:
+        return platform.processor() or platform.machine()
+    name = fields["model name"]
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']} model {fields['model']})"
+    return name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import warnings
 from numbers import Integral, Real
@@ -16,7 +17,12 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._core.deprecations import fine_tune_constraint, read_fine_tune
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
-from ._estimator.contrastive import CONTRASTIVE_PARAMETERS, contrastive_training, label_codes
+from ._estimator.contrastive import (
+    CONTRASTIVE_PARAMETERS,
+    auto_learning_rate,
+    contrastive_training,
+    label_codes,
+)
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
 from ._estimator.parameter_docs import INT8_PRECISION, document, numpydoc_entries
@@ -63,8 +69,10 @@ objective : {"auto", "cosine", "pair-softmax", "softmax", "contrastive"}, defaul
     (single texts with class labels, or a multi-label 0/1 indicator ``y``) trains the
     vectors themselves, SetFit-style: texts of a shared label close, others apart
     (``contrastive_loss``); fit a classifier on them next in a ``Pipeline``.
-learning_rate : float, default=2e-5
-    AdamW learning rate of the encoder's top layer (SBERT: 2e-5).
+learning_rate : float or "auto", default="auto"
+    AdamW learning rate of the encoder's top layer. ``"auto"``: 2e-5 (SBERT's), except
+    1e-4 for ``objective="contrastive"`` with an in-batch loss (``"batch-cosine"``,
+    ``"supcon"``), whose epochs take fewer, larger steps.
 max_epochs : int, default=1
     Passes over the training data (SBERT trains one epoch on STS-B).
 random_state : int, RandomState instance or None, default=None
@@ -233,8 +241,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         "normalize": ["boolean", StrOptions({"auto"})],
         "fine_tune": [fine_tune_constraint(FINE_TUNE_MODES)],
         "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax", "contrastive"})],
-        "contrastive_loss": [StrOptions({"cosine", "supcon"})],
-        "pairs_per_text": [Interval(Integral, 1, None, closed="left")],
+        "contrastive_loss": [StrOptions({"cosine", "batch-cosine", "supcon"})],
+        "pairs_per_text": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "learning_rate": [Interval(Real, 0, 1, closed="right"), StrOptions({"auto"})],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
     }
@@ -254,12 +263,12 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         normalize="auto",
         fine_tune="none",
         objective="auto",
-        contrastive_loss="cosine",
-        pairs_per_text=20,
+        contrastive_loss="batch-cosine",
+        pairs_per_text="auto",
         temperature=0.1,
         cnn_kernel_sizes=(1, 3, 5),
         cnn_channels=128,
-        learning_rate=2e-5,
+        learning_rate="auto",
         layer_lr_decay=1.0,
         top_learning_rate=1e-3,
         head_learning_rate="deprecated",
@@ -320,10 +329,11 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         Pairs with class labels (ints or strings) train a softmax on ``(u, v, |u - v|)``
         (SBERT's NLI objective). Single texts with class labels train a softmax on u.
         ``objective="contrastive"`` (asked for, never inferred) trains single texts with class
-        labels, or a multi-label 0/1 indicator, SetFit-style on pairs of a shared label (cos
-        to 1) and of none (cos to 0), or with ``contrastive_loss="supcon"`` on balanced batches
-        of texts. The output layer is not part of the output: ``transform`` gives the trained
-        sentence vectors.
+        labels, or a multi-label 0/1 indicator, SetFit-style: texts of a shared label to a
+        cosine of 1, of none to 0, over every pair of batches of texts balanced by label
+        (``contrastive_loss="batch-cosine"``), on drawn pairs as SetFit does (``"cosine"``),
+        or with a supervised contrastive loss (``"supcon"``). The output layer is not part of
+        the output: ``transform`` gives the trained sentence vectors.
 
         Parameters
         ----------
@@ -402,6 +412,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
     def _fit_objective(self, first, second, y, settings):
         objective = self._resolve_objective(second, y)
+        if settings.learning_rate == "auto":
+            rate = auto_learning_rate(objective, self.contrastive_loss)
+            settings = dataclasses.replace(settings, learning_rate=rate)
         if objective == "cosine":
             y = check_scores(y, len(first))
         else:

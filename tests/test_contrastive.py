@@ -19,7 +19,11 @@ from sklearn.utils._param_validation import InvalidParameterError
 
 import skbert
 from skbert import BertSentenceTransformer
-from skbert._nn.contrastive_losses import cosine_pair_loss, supervised_contrastive_loss
+from skbert._nn.contrastive_losses import (
+    batch_cosine_loss,
+    cosine_pair_loss,
+    supervised_contrastive_loss,
+)
 from skbert._training.pair_sampling import BalancedTextSampler, LazyBatches, PairSampler
 
 POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
@@ -178,6 +182,30 @@ def test_losses_of_known_vectors():
     assert good.item() < 0.01 < bad.item()
 
 
+def test_batch_cosine_loss_weighs_positive_and_negative_pairs_alike():
+    # 3 texts of label 0 and 1 of label 1: 3 positive pairs (cos 1, 0, 0) and 3 negative
+    # ones (cos 1, 1, 0): half the mean of (cos - 1)^2 over the first, half of cos^2 over
+    # the second, whatever their numbers
+    z = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    labels = torch.tensor([0, 0, 0, 1])
+    positives = labels[:, None] == labels[None, :]
+    expected = 0.5 * (0 + 1 + 1) / 3 + 0.5 * (1 + 1 + 0) / 3
+    torch.testing.assert_close(batch_cosine_loss(z, positives), torch.tensor(expected))
+    # a single negative pair: cosine_pair_loss of it, cos 0.6 against 0
+    pair = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
+    alone = batch_cosine_loss(pair, torch.eye(2, dtype=torch.bool))
+    torch.testing.assert_close(alone, cosine_pair_loss(pair[:1], pair[1:], torch.tensor([0.0])))
+    torch.testing.assert_close(alone, torch.tensor(0.36))
+    # pairs of one kind only: their mean; a single text: zero, with a gradient
+    torch.testing.assert_close(
+        batch_cosine_loss(z[[0, 1, 3]], torch.ones(3, 3, dtype=torch.bool)), torch.tensor(0.0)
+    )
+    single = torch.ones(1, 2, requires_grad=True)
+    loss = batch_cosine_loss(single, torch.ones(1, 1, dtype=torch.bool))
+    loss.backward()
+    assert loss.item() == 0.0 and single.grad is not None
+
+
 def same_minus_different(vectors, labels) -> float:
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     cos = unit @ unit.T
@@ -187,8 +215,8 @@ def same_minus_different(vectors, labels) -> float:
 
 
 # an in-batch step sees every pair of its texts: it takes fewer texts, so more passes
-@pytest.mark.parametrize(("loss", "passes"), [("cosine", 4), ("supcon", 12)])
-def test_both_losses_pull_same_labels_together(tiny_bert, loss, passes):
+@pytest.mark.parametrize(("loss", "passes"), [("cosine", 4), ("batch-cosine", 12), ("supcon", 12)])
+def test_every_loss_pulls_same_labels_together(tiny_bert, loss, passes):
     before = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS).transform(TEXTS)
     est = make(tiny_bert, contrastive_loss=loss, pairs_per_text=passes, max_epochs=3)
     est.fit(TEXTS, LABELS)
@@ -253,7 +281,7 @@ def test_grid_search_over_both_stages_and_round_trips(tiny_bert, tmp_path):
     grid = GridSearchCV(
         pipe,
         {
-            "bertsentencetransformer__contrastive_loss": ["cosine", "supcon"],
+            "bertsentencetransformer__contrastive_loss": ["cosine", "batch-cosine"],
             "bertsentencetransformer__pairs_per_text": [2, 4],
             "logisticregression__C": [0.1, 10.0],
         },
@@ -279,35 +307,83 @@ def test_grid_search_over_both_stages_and_round_trips(tiny_bert, tmp_path):
     )
 
 
-def test_an_interrupted_fit_resumes_on_the_same_pairs(tiny_bert, tmp_path, monkeypatch):
+# (loss, the loss function the fit calls, steps per epoch: 2 * 4 * 10 pairs / 8, 4 * 10 / 8)
+@pytest.mark.parametrize(
+    ("loss", "function", "per_epoch"),
+    [("cosine", "cosine_pair_loss", 10), ("batch-cosine", "batch_cosine_loss", 5)],
+)
+def test_an_interrupted_fit_resumes_on_the_same_batches(
+    tiny_bert, tmp_path, monkeypatch, loss, function, per_epoch
+):
     """The loop cuts a resumed epoch's batches (``batches[position:]``): the streamed pairs
-    from there on are those of the uninterrupted fit, which it then ends on bit for bit."""
+    (or balanced texts) from there on are those of the uninterrupted fit, which it then ends
+    on bit for bit."""
     import skbert._estimator.contrastive as contrastive
 
-    params = {"max_epochs": 2, "checkpoint_steps": 3}  # 10 steps per epoch
+    real = getattr(contrastive, function)
+    params = {"max_epochs": 2, "checkpoint_steps": 3, "contrastive_loss": loss}
     expected = make(tiny_bert, **params).fit(TEXTS, LABELS).transform(TEXTS)
+    stop_at = per_epoch + 5  # mid second epoch, after a checkpoint
+    saved = 3 * ((stop_at - 1) // 3)  # the last checkpoint's step
     calls = []
 
-    def stop_at_step_15(*args):
+    def stopping(*args):
         calls.append(1)
-        if len(calls) == 15:  # mid second epoch: the state of step 12 is on disk
+        if len(calls) == stop_at:
             raise KeyboardInterrupt
-        return cosine_pair_loss(*args)
+        return real(*args)
 
     with monkeypatch.context() as patch:
-        patch.setattr(contrastive, "cosine_pair_loss", stop_at_step_15)
+        patch.setattr(contrastive, function, stopping)
         with pytest.raises(KeyboardInterrupt):
             make(tiny_bert, checkpoint_dir=tmp_path / "state", **params).fit(TEXTS, LABELS)
     resumed_calls = []
 
     def counted(*args):
         resumed_calls.append(1)
-        return cosine_pair_loss(*args)
+        return real(*args)
 
     with monkeypatch.context() as patch:
-        patch.setattr(contrastive, "cosine_pair_loss", counted)
+        patch.setattr(contrastive, function, counted)
         resumed = make(tiny_bert, checkpoint_dir=tmp_path / "state", **params)
         resumed.fit(TEXTS, LABELS)
-    assert len(resumed_calls) == 20 - 12  # resumed at step 12, not started again
+    assert len(resumed_calls) == 2 * per_epoch - saved  # resumed, not started again
     np.testing.assert_array_equal(resumed.transform(TEXTS), expected)
     assert resumed.n_iter_ == 2
+
+
+def test_auto_learning_rate_and_pairs_per_text_follow_the_loss(tiny_bert, monkeypatch):
+    from skbert._estimator import contrastive
+    from skbert._training import loop
+
+    seen = []
+    real = loop.train
+
+    def recording(network, loss_fn, make_batches, config, **kwargs):
+        seen.append((config.learning_rate, len(make_batches(np.random.RandomState(0)))))
+        return real(network, loss_fn, make_batches, config, **kwargs)
+
+    monkeypatch.setattr(skbert.sentence, "train", recording)
+    est = BertSentenceTransformer(
+        tiny_bert,
+        fine_tune="full",
+        objective="contrastive",
+        max_epochs=1,
+        batch_size=4,
+        random_state=0,
+        device="cpu",
+    )
+    assert est.get_params()["learning_rate"] == "auto" == est.pairs_per_text
+    assert est.contrastive_loss == "batch-cosine"
+    est.fit(TEXTS, LABELS)
+    est.set_params(contrastive_loss="cosine").fit(TEXTS, LABELS)
+    est.set_params(learning_rate=3e-5, pairs_per_text=2).fit(TEXTS, LABELS)
+    est.set_params(objective="softmax", learning_rate="auto").fit(TEXTS, LABELS)
+    n = len(TEXTS)
+    assert seen == [
+        (1e-4, int(np.ceil(contrastive.AUTO_PAIRS_PER_TEXT["batch-cosine"] * n / 4))),
+        (2e-5, int(np.ceil(2 * contrastive.AUTO_PAIRS_PER_TEXT["cosine"] * n / 4))),
+        (3e-5, int(np.ceil(2 * 2 * n / 4))),
+        (2e-5, int(np.ceil(n / 4))),
+    ]
+    assert est.get_params()["learning_rate"] == "auto"  # stored verbatim, resolved per fit

@@ -13,34 +13,76 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._nn.contrastive_losses import cosine_pair_loss, supervised_contrastive_loss
+from .._nn.contrastive_losses import (
+    batch_cosine_loss,
+    cosine_pair_loss,
+    supervised_contrastive_loss,
+)
 from .._training.pair_sampling import BalancedTextSampler, PairSampler
 from .parameter_docs import numpydoc_entries
 
-__all__ = ["CONTRASTIVE_PARAMETERS", "label_codes", "contrastive_training"]
+__all__ = [
+    "AUTO_LEARNING_RATE",
+    "AUTO_PAIRS_PER_TEXT",
+    "CONTRASTIVE_PARAMETERS",
+    "auto_learning_rate",
+    "contrastive_training",
+    "label_codes",
+    "pairs_per_text",
+]
+
+#: ``pairs_per_text="auto"`` per ``contrastive_loss``: SetFit's ``num_iterations`` for its
+#: pair loss; for the in-batch losses, batches per text (measured on held-out training texts
+#: of SST-2 and TREC, 16 per class: the user guide)
+AUTO_PAIRS_PER_TEXT = {"cosine": 20, "batch-cosine": 30, "supcon": 30}
+
+#: ``learning_rate="auto"`` of :class:`~skbert.BertSentenceTransformer`: SBERT's 2e-5, except
+#: for the in-batch contrastive losses, whose epoch has ``pairs_per_text * n / batch_size``
+#: steps (a quarter of SetFit's at batch 16 and 20 iterations: each step trains every pair of
+#: its batch), at which 2e-5 leaves the encoder undertrained
+AUTO_LEARNING_RATE = {"default": 2e-5, "in-batch": 1e-4}
 
 #: the numpydoc entries of the contrastive objective's parameters
 CONTRASTIVE_PARAMETERS = numpydoc_entries(
     """
-contrastive_loss : {"cosine", "supcon"}, default="cosine"
+contrastive_loss : {"batch-cosine", "cosine", "supcon"}, default="batch-cosine"
     The loss of ``objective="contrastive"``. ``"cosine"``: SetFit's default
     (sentence-transformers' ``CosineSimilarityLoss``) on labelled pairs, the squared error
     of cos(u, v) against 1 for a pair of the same label and 0 for one of different labels;
-    each step takes ``batch_size`` pairs. ``"supcon"``: the supervised contrastive loss of
-    Khosla et al. (2020) on batches of ``batch_size`` texts balanced by label, in which
-    every text of a shared label is a positive of each other and every other text a
-    negative (``temperature``). Which is the default, and why, is in the user guide.
-pairs_per_text : int, default=20
+    each step takes ``batch_size`` pairs. ``"batch-cosine"``: the same squared error over
+    every pair of a batch of ``batch_size`` texts balanced by label, positive and negative
+    pairs weighed alike: a batch of 32 texts trains 496 pairs for the cost of encoding 32
+    texts. ``"supcon"``: the supervised contrastive loss of Khosla et al. (2020) on the same
+    batches, in which every text of a shared label is a positive of each other and every
+    other text a negative (``temperature``). Why ``"batch-cosine"`` is the default: the user
+    guide.
+pairs_per_text : int or "auto", default="auto"
     How much an epoch of ``objective="contrastive"`` trains: with
     ``contrastive_loss="cosine"``, each text is paired with this many texts of its label
     and as many of other labels, drawn afresh each epoch (SetFit's ``num_iterations``:
-    ``2 * pairs_per_text * n_texts`` pairs per epoch); with ``"supcon"``, each text is in
-    about this many batches per epoch. The pairs are drawn batch by batch, never all held.
+    ``2 * pairs_per_text * n_texts`` pairs per epoch); with ``"batch-cosine"`` or
+    ``"supcon"``, each text is in about this many batches per epoch. ``"auto"``: 20 for
+    ``"cosine"`` (SetFit's default), 30 for the in-batch losses. The pairs are drawn batch
+    by batch, never all held.
 temperature : float, default=0.1
     Temperature of ``contrastive_loss="supcon"`` (Khosla et al.: 0.1): the cosine
     similarities are divided by it. Lower values weigh the hardest negatives more.
 """
 )
+
+
+def pairs_per_text(estimator) -> int:
+    """The estimator's ``pairs_per_text``, ``"auto"`` resolved for its ``contrastive_loss``."""
+    if estimator.pairs_per_text == "auto":
+        return AUTO_PAIRS_PER_TEXT[estimator.contrastive_loss]
+    return estimator.pairs_per_text
+
+
+def auto_learning_rate(objective: str, contrastive_loss: str) -> float:
+    """What ``learning_rate="auto"`` of a sentence transformer means for ``objective``."""
+    if objective == "contrastive" and contrastive_loss != "cosine":
+        return AUTO_LEARNING_RATE["in-batch"]
+    return AUTO_LEARNING_RATE["default"]
 
 
 def label_codes(y: np.ndarray, multilabel: bool) -> np.ndarray:
@@ -70,10 +112,11 @@ def contrastive_training(estimator, encoded, labels, device):
         If no two texts share a label, or every two do (no positive or no negative pair).
     """
     multilabel = labels.ndim == 2
+    amount = pairs_per_text(estimator)
     if estimator.contrastive_loss == "cosine":
-        sampler = PairSampler(labels, estimator.pairs_per_text, estimator.batch_size)
+        sampler = PairSampler(labels, amount, estimator.batch_size)
     else:
-        sampler = BalancedTextSampler(labels, estimator.pairs_per_text, estimator.batch_size)
+        sampler = BalancedTextSampler(labels, amount, estimator.batch_size)
         held = torch.as_tensor(labels, device=device)
         if multilabel:
             held = held.float()
@@ -92,6 +135,8 @@ def contrastive_training(estimator, encoded, labels, device):
         z = vectors(net, batch)
         mine = held[torch.as_tensor(batch, device=device)]
         positives = mine @ mine.T > 0 if multilabel else mine[:, None] == mine[None, :]
+        if estimator.contrastive_loss == "batch-cosine":
+            return batch_cosine_loss(z, positives)
         return supervised_contrastive_loss(z, positives, estimator.temperature)
 
     loss_fn = pair_loss if estimator.contrastive_loss == "cosine" else in_batch_loss

@@ -3,6 +3,9 @@
 * :func:`cosine_pair_loss`: SetFit's default (sentence-transformers' ``CosineSimilarityLoss``),
   the mean squared error between cos(u, v) and the pair's target, 1 for a positive pair and 0
   for a negative.
+* :func:`batch_cosine_loss`: the same squared error over every pair of texts of a batch,
+  positive and negative pairs weighted equally (a batch of ``b`` texts trains ``b(b-1)/2``
+  pairs for the cost of encoding ``b`` texts).
 * :func:`supervised_contrastive_loss`: Khosla et al. (2020)'s supervised contrastive loss over
   a batch of texts, in which every text of a shared label is a positive of each other and
   every other text a negative.
@@ -15,11 +18,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["CONTRASTIVE_LOSSES", "cosine_pair_loss", "supervised_contrastive_loss"]
+__all__ = [
+    "CONTRASTIVE_LOSSES",
+    "batch_cosine_loss",
+    "cosine_pair_loss",
+    "supervised_contrastive_loss",
+]
 
 #: ``contrastive_loss`` names and what they train on
 CONTRASTIVE_LOSSES = {
     "cosine": "pairs: mean squared error of cos(u, v) against 1 (same label) or 0",
+    "batch-cosine": "batches of texts: the same squared error over every pair, balanced",
     "supcon": "batches of texts: supervised contrastive loss (Khosla et al. 2020)",
 }
 
@@ -40,6 +49,38 @@ def cosine_pair_loss(u: torch.Tensor, v: torch.Tensor, target: torch.Tensor) -> 
         The scalar loss.
     """
     return F.mse_loss(F.cosine_similarity(u, v, dim=-1), target)
+
+
+def batch_cosine_loss(z: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+    """The cosine pair loss over every pair of a batch, positives and negatives weighed alike.
+
+    ``0.5 * mean over positive pairs of (cos - 1)^2 + 0.5 * mean over negative pairs of
+    cos^2``, each unordered pair counted once: the mean squared error of
+    :func:`cosine_pair_loss` on a balanced set of the batch's pairs (SetFit's pairs are half
+    positive, half negative). Where the batch has pairs of one kind only, their mean.
+
+    Parameters
+    ----------
+    z : torch.Tensor of shape (n_texts, dim)
+        The texts' vectors.
+    positives : torch.Tensor of shape (n_texts, n_texts), bool
+        True where two texts share a label; the diagonal is ignored.
+
+    Returns
+    -------
+    torch.Tensor
+        The scalar loss; 0 (with a gradient) for a batch of fewer than 2 texts.
+    """
+    z = F.normalize(z, dim=-1)
+    rows, cols = torch.triu_indices(len(z), len(z), offset=1, device=z.device)
+    if not len(rows):
+        return (z * 0.0).sum()
+    cos = (z[rows] * z[cols]).sum(-1)
+    same = positives[rows, cols]
+    parts = [((cos[same] - 1.0) ** 2).mean()] if bool(same.any()) else []
+    if not bool(same.all()):
+        parts.append((cos[~same] ** 2).mean())
+    return sum(parts) / len(parts)
 
 
 def supervised_contrastive_loss(

@@ -111,6 +111,36 @@ class LabelIndex:
         return self.codes[anchors][:, None] == self.codes[None, :]
 
 
+def _texts_with_partners(index: LabelIndex) -> tuple:
+    """``(texts with a positive partner, texts with a negative partner)``.
+
+    Raises
+    ------
+    ValueError
+        If no two texts share a label, or every two do: no pair of that kind to train on.
+    """
+    if not index.multilabel:
+        shares = index.counts[index.codes]  # texts of its class, itself included
+    else:
+        shares = np.empty(index.n_texts, dtype=np.int64)
+        for start in range(0, index.n_texts, 256):  # bounded memory: 256 rows at a time
+            rows = np.arange(start, min(start + 256, index.n_texts))
+            shares[rows] = index.share(rows).sum(axis=1)
+    has_positive = np.flatnonzero(shares > 1)  # itself and at least one more
+    has_negative = np.flatnonzero(shares < index.n_texts)
+    if not len(has_positive):
+        raise ValueError(
+            "no two texts share a label, so there is no positive pair to train on: "
+            "the contrastive objective needs at least 2 texts of some class."
+        )
+    if not len(has_negative):
+        raise ValueError(
+            "every text shares a label with every other, so there is no negative pair "
+            "to train on: the contrastive objective needs texts of 2 classes or more."
+        )
+    return has_positive, has_negative
+
+
 class PairSampler:
     """Balanced positive and negative pairs of labelled texts, drawn afresh each epoch.
 
@@ -139,19 +169,7 @@ class PairSampler:
         self.pairs_per_text = pairs_per_text
         self.batch_size = batch_size
         n = self.index.n_texts
-        shares = self._share_counts()
-        self.has_positive = np.flatnonzero(shares > 1)  # itself and at least one more
-        self.has_negative = np.flatnonzero(shares < n)
-        if not len(self.has_positive):
-            raise ValueError(
-                "no two texts share a label, so there is no positive pair to train on: "
-                "the contrastive objective needs at least 2 texts of some class."
-            )
-        if not len(self.has_negative):
-            raise ValueError(
-                "every text shares a label with every other, so there is no negative pair "
-                "to train on: the contrastive objective needs texts of 2 classes or more."
-            )
+        self.has_positive, self.has_negative = _texts_with_partners(self.index)
         self.n_pairs = 2 * pairs_per_text * n
         self._order_key, self._order = None, None
         if not self.index.multilabel:  # each text's position among its class's members
@@ -159,17 +177,6 @@ class PairSampler:
             self._rank[self.index.members] = np.arange(n) - np.repeat(
                 self.index.starts, self.index.counts
             )
-
-    def _share_counts(self) -> np.ndarray:
-        """Texts (itself included) that share a label with each text."""
-        index = self.index
-        if not index.multilabel:
-            return index.counts[index.codes]
-        out = np.empty(index.n_texts, dtype=np.int64)
-        for start in range(0, index.n_texts, 256):  # bounded memory: 256 rows at a time
-            rows = np.arange(start, min(start + 256, index.n_texts))
-            out[rows] = index.share(rows).sum(axis=1)
-        return out
 
     def epoch(self, rng: np.random.RandomState) -> LazyBatches:
         """This epoch's batches: one seed drawn from ``rng``, the batches made when read."""
@@ -262,6 +269,7 @@ class BalancedTextSampler:
 
     def __init__(self, labels, passes: int, batch_size: int, min_per_label: int = 4):
         self.index = LabelIndex(labels)
+        _texts_with_partners(self.index)  # the same errors as PairSampler's
         n_labels = len(self.index.present)
         self.labels_per_batch = min(n_labels, max(2, batch_size // min_per_label))
         self.per_label = max(1, batch_size // self.labels_per_batch)
