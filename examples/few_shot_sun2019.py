@@ -15,8 +15,9 @@ compares
   checkpoint: the few-shot setting, where texts are plentiful and labels are not;
 * **contrastive**: SetFit's recipe inside a ``Pipeline``: ``BertSentenceTransformer(
   fine_tune="full", objective="contrastive")`` pulls the vectors of same-label sentences
-  together and pushes the others apart (20 positive and 20 negative pairs per sentence),
-  then ``LogisticRegression`` on the trained vectors. Added after the run recorded below,
+  together and pushes the others apart (its defaults: every pair of label-balanced batches of
+  32 sentences, each sentence in about 30 of them), then ``LogisticRegression`` on the
+  trained vectors. Added after the run recorded below,
   which therefore has no column for it yet.
 
 Accuracy is on the 872 SST-2 dev sentences; sizes up to 64 average three draws. Small sets get
