@@ -21,7 +21,9 @@ from ._estimator.contrastive import (
     CONTRASTIVE_PARAMETERS,
     auto_learning_rate,
     contrastive_training,
+    in_batch_steps,
     label_codes,
+    pairs_per_text,
 )
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
@@ -70,9 +72,11 @@ objective : {"auto", "cosine", "pair-softmax", "softmax", "contrastive"}, defaul
     vectors themselves, SetFit-style: texts of a shared label close, others apart
     (``contrastive_loss``); fit a classifier on them next in a ``Pipeline``.
 learning_rate : float or "auto", default="auto"
-    AdamW learning rate of the encoder's top layer. ``"auto"``: 2e-5 (SBERT's), except
-    1e-4 for ``objective="contrastive"`` with an in-batch loss (``"batch-cosine"``,
-    ``"supcon"``), whose epochs take fewer, larger steps.
+    AdamW learning rate of the encoder's top layer. ``"auto"``: 2e-5 (SBERT's), except for
+    ``objective="contrastive"`` with an in-batch loss (``"batch-cosine"``, ``"supcon"``),
+    whose epochs take fewer, larger steps: 1e-4 for an epoch of up to 24 batches, lowered
+    in proportion beyond (``1e-4 * 24 / batches``), never below 2e-5. With the defaults
+    that is 1e-4 for up to 25 texts, 8e-5 for 32, 4e-5 for 64 and 2e-5 from 128.
 max_epochs : int, default=1
     Passes over the training data (SBERT trains one epoch on STS-B).
 random_state : int, RandomState instance or None, default=None
@@ -413,7 +417,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     def _fit_objective(self, first, second, y, settings):
         objective = self._resolve_objective(second, y)
         if settings.learning_rate == "auto":
-            rate = auto_learning_rate(objective, self.contrastive_loss)
+            steps = in_batch_steps(len(first), pairs_per_text(self), self.batch_size)
+            rate = auto_learning_rate(objective, self.contrastive_loss, steps)
             settings = dataclasses.replace(settings, learning_rate=rate)
         if objective == "cosine":
             y = check_scores(y, len(first))

@@ -380,10 +380,28 @@ def test_auto_learning_rate_and_pairs_per_text_follow_the_loss(tiny_bert, monkey
     est.set_params(learning_rate=3e-5, pairs_per_text=2).fit(TEXTS, LABELS)
     est.set_params(objective="softmax", learning_rate="auto").fit(TEXTS, LABELS)
     n = len(TEXTS)
+    in_batch = int(np.ceil(contrastive.AUTO_PAIRS_PER_TEXT["batch-cosine"] * n / 4))
+    assert in_batch > contrastive.AUTO_FULL_RATE_STEPS  # so the rate is lowered
     assert seen == [
-        (1e-4, int(np.ceil(contrastive.AUTO_PAIRS_PER_TEXT["batch-cosine"] * n / 4))),
+        (pytest.approx(1e-4 * contrastive.AUTO_FULL_RATE_STEPS / in_batch), in_batch),
         (2e-5, int(np.ceil(2 * contrastive.AUTO_PAIRS_PER_TEXT["cosine"] * n / 4))),
         (3e-5, int(np.ceil(2 * 2 * n / 4))),
         (2e-5, int(np.ceil(n / 4))),
     ]
     assert est.get_params()["learning_rate"] == "auto"  # stored verbatim, resolved per fit
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [(1, 1e-4), (15, 1e-4), (24, 1e-4), (30, 8e-5), (60, 4e-5), (120, 2e-5), (9375, 2e-5)],
+)
+def test_auto_rate_of_in_batch_losses_falls_with_the_steps_of_an_epoch(steps, expected):
+    from skbert._estimator.contrastive import auto_learning_rate, in_batch_steps
+
+    for loss in ("batch-cosine", "supcon"):
+        assert auto_learning_rate("contrastive", loss, steps) == pytest.approx(expected)
+    # the pair loss and the other objectives keep SBERT's rate, whatever the steps
+    assert auto_learning_rate("contrastive", "cosine", steps) == 2e-5
+    assert auto_learning_rate("softmax", "batch-cosine", steps) == 2e-5
+    # 8, 16, 32 and 64 texts per class of two classes at the defaults (30 passes, batch 32)
+    assert [in_batch_steps(n, 30, 32) for n in (16, 32, 64, 128)] == [15, 30, 60, 120]

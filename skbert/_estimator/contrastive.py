@@ -22,11 +22,13 @@ from .._training.pair_sampling import BalancedTextSampler, PairSampler
 from .parameter_docs import numpydoc_entries
 
 __all__ = [
+    "AUTO_FULL_RATE_STEPS",
     "AUTO_LEARNING_RATE",
     "AUTO_PAIRS_PER_TEXT",
     "CONTRASTIVE_PARAMETERS",
     "auto_learning_rate",
     "contrastive_training",
+    "in_batch_steps",
     "label_codes",
     "pairs_per_text",
 ]
@@ -37,10 +39,12 @@ __all__ = [
 AUTO_PAIRS_PER_TEXT = {"cosine": 20, "batch-cosine": 30, "supcon": 30}
 
 #: ``learning_rate="auto"`` of :class:`~skbert.BertSentenceTransformer`: SBERT's 2e-5, except
-#: for the in-batch contrastive losses, whose epoch has ``pairs_per_text * n / batch_size``
-#: steps (a quarter of SetFit's at batch 16 and 20 iterations: each step trains every pair of
-#: its batch), at which 2e-5 leaves the encoder undertrained
+#: for the in-batch contrastive losses (see :func:`auto_learning_rate`), whose epoch has
+#: ``pairs_per_text * n / batch_size`` steps, each training every pair of its batch: 1e-4 for
+#: an epoch of up to ``AUTO_FULL_RATE_STEPS`` steps, lowered in proportion to the steps
+#: beyond, down to 2e-5 (measured on SST-2's dev set, 8 to 64 texts per class: the user guide)
 AUTO_LEARNING_RATE = {"default": 2e-5, "in-batch": 1e-4}
+AUTO_FULL_RATE_STEPS = 24
 
 #: the numpydoc entries of the contrastive objective's parameters
 CONTRASTIVE_PARAMETERS = numpydoc_entries(
@@ -78,10 +82,34 @@ def pairs_per_text(estimator) -> int:
     return estimator.pairs_per_text
 
 
-def auto_learning_rate(objective: str, contrastive_loss: str) -> float:
-    """What ``learning_rate="auto"`` of a sentence transformer means for ``objective``."""
+def in_batch_steps(n_texts: int, passes: int, batch_size: int) -> int:
+    """Batches per epoch of an in-batch contrastive loss (:class:`BalancedTextSampler`)."""
+    return BalancedTextSampler.batches_per_epoch(n_texts, passes, batch_size)
+
+
+def auto_learning_rate(objective: str, contrastive_loss: str, steps_per_epoch: int = 1) -> float:
+    """What ``learning_rate="auto"`` of a sentence transformer means for ``objective``.
+
+    Parameters
+    ----------
+    objective : str
+        The resolved objective.
+    contrastive_loss : str
+        The estimator's ``contrastive_loss``.
+    steps_per_epoch : int, default=1
+        Batches per epoch (:func:`in_batch_steps`); used by the in-batch losses only.
+
+    Returns
+    -------
+    float
+        2e-5, or for an in-batch contrastive loss ``1e-4 * min(1, 24 / steps_per_epoch)``
+        and at least 2e-5: the same few updates of 1e-4 for a handful of texts, and as
+        the texts grow more, smaller steps (with 1e-4 at 64 texts per class, 120 steps at
+        batch 32, the encoder drifts: SST-2 dev accuracy 0.723 against 0.768 at 2e-5).
+    """
     if objective == "contrastive" and contrastive_loss != "cosine":
-        return AUTO_LEARNING_RATE["in-batch"]
+        scale = min(1.0, AUTO_FULL_RATE_STEPS / max(1, steps_per_epoch))
+        return max(AUTO_LEARNING_RATE["default"], AUTO_LEARNING_RATE["in-batch"] * scale)
     return AUTO_LEARNING_RATE["default"]
 
 

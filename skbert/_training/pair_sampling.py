@@ -273,7 +273,12 @@ class BalancedTextSampler:
         n_labels = len(self.index.present)
         self.labels_per_batch = min(n_labels, max(2, batch_size // min_per_label))
         self.per_label = max(1, batch_size // self.labels_per_batch)
-        self.n_batches = math.ceil(passes * self.index.n_texts / batch_size)
+        self.n_batches = self.batches_per_epoch(self.index.n_texts, passes, batch_size)
+
+    @staticmethod
+    def batches_per_epoch(n_texts: int, passes: int, batch_size: int) -> int:
+        """``ceil(passes * n_texts / batch_size)``: the batches of an epoch."""
+        return math.ceil(passes * n_texts / batch_size)
 
     def epoch(self, rng: np.random.RandomState) -> LazyBatches:
         """This epoch's batches: one seed drawn from ``rng``, the batches made when read."""
