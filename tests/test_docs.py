@@ -371,3 +371,30 @@ def test_thumbnails_plot_the_recorded_figures():
             f"{name} plots older figures than its example's recorded output: run "
             "docs/_static/make_thumbnails.py"
         )
+
+
+def test_few_shot_curves_file_holds_the_recorded_figures():
+    """docs/_static/few_shot_sst2.json, the curves behind few_shot_sst2.png that each recorded
+    run of few_shot_sun2019.py merged itself into (``--results``), holds the figures of the
+    docstring's recorded table: per size, its draws, then each curve's mean and spread in the
+    example's order of methods."""
+    source = (REPO / "examples" / "few_shot_sun2019.py").read_text("utf-8")
+    (methods,) = [
+        ast.literal_eval(node.value)
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "METHODS"
+    ]
+    curves = json.loads((DOCS / "_static" / "few_shot_sst2.json").read_text("utf-8"))
+    shown = [m for m in methods if m in curves]
+    assert shown == list(curves), "the file holds curves the example does not know"
+    recorded = thumbnails._rows("few_shot_sun2019")
+    sizes = sorted(int(size) for size in curves[shown[0]])
+    assert sorted(int(label) for label in recorded) == sizes
+    for size in sizes:
+        draws = {curves[m][str(size)][2] for m in shown}
+        assert len(draws) == 1, f"size {size}: the curves have different numbers of draws"
+        stored = [draws.pop()]
+        for method in shown:
+            mean, spread, _ = curves[method][str(size)]
+            stored += [round(mean, 3), round(spread, 3)]
+        assert stored == recorded[str(size)], (size, stored, recorded[str(size)])

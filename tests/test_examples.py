@@ -1,6 +1,7 @@
 """The examples' code paths, run on the tiny fixtures and a few rows of the shared data."""
 
 import importlib.util
+import json
 import math
 import re
 
@@ -57,6 +58,35 @@ def test_few_shot_curve_runs(tiny_bert, data_home, tmp_path, capsys):
         assert all(0 <= mean <= 1 and draws == 3 for mean, _, draws in results[method].values())
     assert "ITPT + fine-tuned" in capsys.readouterr().out
     assert chart.stat().st_size > 10_000
+
+
+@pytest.mark.shared_data
+def test_few_shot_curves_of_separate_runs_merge(tiny_bert, data_home, tmp_path, capsys):
+    """--results keeps each run's curves: a second run of one method adds its curve beside the
+    first run's, a curve run again replaces its old figures, and a stored curve without one of
+    the sizes asked for is refused with the command that fills it in."""
+    pytest.importorskip("matplotlib", reason="the example saves a chart: matplotlib (extra 'test')")
+    example = load_example("few_shot_sun2019")
+    stored = tmp_path / "curves.json"
+    base = ["--model", tiny_bert, "--data-home", str(data_home)]
+    base += ["--output", str(tmp_path / "curve.png"), "--results", str(stored)]
+    common = [*base, "--quick"]  # sizes 16 and 64
+    frozen = example.main([*common, "--methods", "frozen"])
+    assert list(frozen) == ["frozen"]
+    both = example.main([*common, "--methods", "contrastive"])
+    assert list(both) == ["frozen", "contrastive"]  # METHODS order
+    assert both["frozen"] == frozen["frozen"]  # read back from the file, unchanged
+    out = capsys.readouterr().out
+    assert re.search(r"^\s+16\s+3\s+\S+ ±\S+\s+\S+ ±\S+$", out, re.MULTILINE), out
+    with open(stored, encoding="utf-8") as handle:
+        curves = json.load(handle)
+    curves["frozen"]["16"] = [0.5, 0.0, 3]  # another run's figures
+    with open(stored, "w", encoding="utf-8") as handle:
+        json.dump(curves, handle)
+    again = example.main([*common, "--methods", "frozen"])
+    assert again["frozen"] == frozen["frozen"] and again["contrastive"] == both["contrastive"]
+    with pytest.raises(ValueError, match=r"'contrastive' curve has no figures at sizes \[32\]"):
+        example.main([*base, "--methods", "frozen", "--sizes", "16,32", "--dev", "50"])
 
 
 @pytest.mark.shared_data
