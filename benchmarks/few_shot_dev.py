@@ -1,0 +1,210 @@
+"""Choosing the contrastive defaults on held-out data, never on the test sets (issue 24).
+
+The few-shot defaults of ``BertSentenceTransformer(objective="contrastive")`` (its loss, batch,
+batches per text and learning rate) are chosen here, apart from ``bench_few_shot.py``, which
+scores them on the test sets. Each configuration is
+``make_pipeline(BertSentenceTransformer(fine_tune="full", objective="contrastive", **config),
+LogisticRegression())`` on the packaged all-MiniLM-L6-v2, fitted on ``size`` labelled texts per
+class drawn from the training split (the draw of ``bench_few_shot.draw`` for each seed, the
+same for every configuration), and scored on held-out texts:
+
+* SST-2: its dev split (872 sentences);
+* TREC, which has no dev split: 800 training questions set aside (a fixed permutation), the
+  draws being made from the other training questions.
+
+``SetFit`` runs SetFit 1.2 with its defaults (``bench_few_shot.fit_setfit``) on the same draws.
+Each fit runs in a process of its own, ``--workers`` of them side by side with one thread
+each (the seconds are for comparing configurations of one run, not for quoting). The figures
+of every fit are appended to ``--results`` as it ends and reused by later runs; the report
+gives each configuration's mean and its paired difference to ``default`` and to ``SetFit``
+(mean over the draws both have, with its standard error, and how many draws it wins).
+
+Run from the repository root::
+
+    pip install -e '.[models,bench]'
+    python benchmarks/few_shot_dev.py --configs default,supcon,SetFit --sizes 8 --seeds 0-7
+    python benchmarks/few_shot_dev.py --report   # the report of the fits in --results only
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+from _common import cpu_model, default_data_home  # noqa: E402
+
+#: the configurations: BertSentenceTransformer parameters over skbert's defaults
+CONFIGS = {
+    "default": {},
+    "p60": {"pairs_per_text": 60},
+    "b8": {"batch_size": 8},
+    "b16": {"batch_size": 16},
+    "supcon": {"contrastive_loss": "supcon"},
+    "cosine": {"contrastive_loss": "cosine"},
+    "lr5e-5": {"learning_rate": 5e-5},
+    "lr2e-5": {"learning_rate": 2e-5},
+}
+HELD_OUT_TREC = 800
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--configs", default="default,SetFit", help=f"among {[*CONFIGS, 'SetFit']}")
+    parser.add_argument("--dataset", default="sst2", choices=("sst2", "trec"))
+    parser.add_argument("--sizes", default="8,16", help="labelled texts per class")
+    parser.add_argument("--seeds", default="0-4", help="draws: FIRST-LAST")
+    parser.add_argument("--workers", type=int, default=2, help="fits side by side")
+    parser.add_argument("--data-home", default=default_data_home())
+    parser.add_argument(
+        "--results",
+        default=os.path.join(os.path.dirname(__file__), "results", "few_shot_dev.jsonl"),
+        help="JSON lines of every fit, appended as each ends; fits already there are reused",
+    )
+    parser.add_argument("--report", action="store_true", help="report --results, fit nothing")
+    args = parser.parse_args(argv)
+    args.configs = [c.strip() for c in args.configs.split(",")]
+    unknown = sorted(set(args.configs) - {*CONFIGS, "SetFit"})
+    if unknown:
+        parser.error(f"--configs: unknown {unknown}; choose among {[*CONFIGS, 'SetFit']}")
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    first, _, last = args.seeds.partition("-")
+    args.seeds = list(range(int(first), int(last or first) + 1))
+    return args
+
+
+def split(dataset: str, data_home: str):
+    """``(X_pool, y_pool, X_held, y_held)``: where draws come from, and the held-out texts."""
+    from bench_few_shot import load
+
+    X, y = load(dataset, "train", data_home)
+    if dataset == "sst2":
+        X_held, y_held = load("sst2", "dev", data_home)
+        return X, y, X_held, y_held
+    order = np.random.RandomState(1234).permutation(len(X))
+    held, pool = order[:HELD_OUT_TREC], order[HELD_OUT_TREC:]
+    return X[pool], y[pool], X[held], y[held]
+
+
+def one_fit(job: dict) -> dict:
+    """One configuration on one draw, in a process of its own; its held-out accuracy."""
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore")
+    os.environ["TQDM_DISABLE"] = "1"
+    torch.set_num_threads(1)
+    from bench_few_shot import draw, fit_setfit, model_path
+
+    X, y, X_held, y_held = split(job["dataset"], job["data_home"])
+    pick = draw(y, job["size"], job["seed"])
+    if job["config"] == "SetFit":
+        model, seconds = fit_setfit(X[pick], y[pick], job["seed"])
+    else:
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+
+        from skbert import BertSentenceTransformer
+
+        encoder = BertSentenceTransformer(
+            model_path(),
+            fine_tune="full",
+            objective="contrastive",
+            random_state=job["seed"],
+            **CONFIGS[job["config"]],
+        )
+        model = make_pipeline(encoder, LogisticRegression())
+        start = time.perf_counter()
+        model.fit(X[pick], y[pick])
+        seconds = time.perf_counter() - start
+    predicted = np.asarray(model.predict(list(X_held))).astype(str)
+    accuracy = float(np.mean(predicted == y_held.astype(str)))
+    return {**job, "accuracy": accuracy, "seconds": seconds, "cpu": cpu_model()}
+
+
+def key_of(row: dict) -> tuple:
+    return row["config"], row["dataset"], row["size"], row["seed"]
+
+
+def read_rows(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as rows:
+        return [json.loads(line) for line in rows if line.strip()]
+
+
+def paired(mine: dict, theirs: dict) -> str:
+    """The paired difference of two configurations' accuracies over the draws both have."""
+    common = sorted(set(mine) & set(theirs))
+    if not common:
+        return "n/a"
+    diffs = np.array([mine[seed] - theirs[seed] for seed in common])
+    error = diffs.std(ddof=1) / np.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    return f"{diffs.mean():+.3f} +- {error:.3f} ({int((diffs > 0).sum())}/{len(diffs)} draws)"
+
+
+def report(rows: list[dict]) -> None:
+    table = collections.defaultdict(dict)
+    seconds = collections.defaultdict(list)
+    for row in rows:  # the last row of a fit counts
+        table[row["dataset"], row["size"], row["config"]][row["seed"]] = row["accuracy"]
+        seconds[row["dataset"], row["size"], row["config"]].append(row["seconds"])
+    cpus = sorted({row["cpu"] for row in rows})
+    print(f"\nheld-out accuracy, all-MiniLM-L6-v2; CPU: {', '.join(cpus)}")
+    header = f"{'data':<6}{'n/class':>8}  {'config':<9}{'draws':>6}{'accuracy':>10}{'fit s':>8}"
+    print(f"{header}  {'vs default':<30}vs SetFit")
+    for (dataset, size, config), accuracies in sorted(table.items()):
+        default = table.get((dataset, size, "default"), {})
+        setfit = table.get((dataset, size, "SetFit"), {})
+        mean = np.mean(list(accuracies.values()))
+        fit_s = np.mean(seconds[dataset, size, config])
+        print(
+            f"{dataset:<6}{size:>8}  {config:<9}{len(accuracies):>6}{mean:>10.3f}{fit_s:>8.1f}  "
+            f"{paired(accuracies, default) if config != 'default' else '-':<30}"
+            f"{paired(accuracies, setfit) if config != 'SetFit' else '-'}"
+        )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    rows = read_rows(args.results)
+    if not args.report:
+        done = {key_of(row) for row in rows}
+        jobs = [
+            {"config": c, "dataset": args.dataset, "size": s, "seed": seed}
+            for s in args.sizes
+            for seed in args.seeds
+            for c in args.configs
+        ]
+        jobs = [{**job, "data_home": args.data_home} for job in jobs if key_of(job) not in done]
+        print(f"{len(jobs)} fits to run, {len(rows)} rows in {args.results}", flush=True)
+        context = multiprocessing.get_context("spawn")
+        os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+        with concurrent.futures.ProcessPoolExecutor(
+            args.workers, mp_context=context, max_tasks_per_child=1
+        ) as pool:
+            for future in concurrent.futures.as_completed([pool.submit(one_fit, j) for j in jobs]):
+                row = {k: v for k, v in future.result().items() if k != "data_home"}
+                row["when"] = time.strftime("%Y-%m-%d %H:%M")
+                print(
+                    f"  {row['dataset']} {row['size']}/class seed {row['seed']} "
+                    f"{row['config']}: {row['accuracy']:.3f} ({row['seconds']:.0f} s)",
+                    flush=True,
+                )
+                with open(args.results, "a", encoding="utf-8") as out:
+                    out.write(json.dumps(row) + "\n")
+                rows.append(row)
+    report(rows)
+
+
+if __name__ == "__main__":
+    main()
