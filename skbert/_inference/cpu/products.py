@@ -27,6 +27,7 @@ rows of the tile (checked in the tests).
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -92,6 +93,21 @@ class OneDnn:
             and hasattr(ops, "_linear_pointwise")
             and hasattr(ops, "_reorder_linear_weight")
         )
+
+    @staticmethod
+    @functools.cache
+    def runs_bfloat16() -> bool:
+        """Whether oneDNN packs bfloat16 weights on this CPU (it needs AVX512-BW/VL/DQ or
+        AVX-NE-CONVERT: on an AVX2-only CPU, such as a Zen 3, it refuses). The products are
+        chosen only where torch runs AVX-512 kernels (:func:`products_for_this_cpu`), where it
+        does; this tells where ``SKBERT_CPU_PRODUCTS="onednn"`` cannot run bfloat16."""
+        if not OneDnn.available():
+            return False
+        try:
+            OneDnn.pack(torch.zeros(16, 16, dtype=torch.bfloat16), 16)
+        except RuntimeError:
+            return False
+        return True
 
     @staticmethod
     def pack(weight: torch.Tensor, tile: int) -> torch.Tensor:
