@@ -1,7 +1,12 @@
 """precision="int8": int8 products on the tiled CPU layers (skbert._inference.cpu.quantised),
 the same bits for a text in every call, close to float32, for every estimator's prediction
 methods; float32 with one warning where int8 cannot run; training in float32; kept through
-save/load and pickles; its own feature-cache key."""
+save/load and pickles; its own feature-cache key.
+
+The int8 products are exact integer arithmetic, so they give the same bits on every CPU; where
+this one lacks int8 dot-product instructions (where skbert itself would predict in float32),
+the tests force int8 products anyway (torch's kernel there is slow, not different), so they run
+on every CPU whose torch multiplies int8 matrices."""
 
 from __future__ import annotations
 
@@ -17,12 +22,29 @@ import skbert
 from skbert import BertSentenceTransformer, BertTextClassifier, BertTextRegressor
 from skbert._inference import int8 as int8_module
 from skbert._inference.cpu import quantised
-from skbert._inference.cpu.quantised import Int8, int8_instructions
+from skbert._inference.cpu.quantised import (
+    Int8,
+    PeakRecorder,
+    calibration_ids,
+    int8_instructions,
+    int8_products_in_torch,
+)
 from skbert._inference.cpu.tiled_layers import _INT8_PLANS  # the int8 plan cache, see below
 
 pytestmark = pytest.mark.skipif(
-    int8_instructions() is None, reason="this CPU has no int8 dot-product instructions"
+    not int8_products_in_torch(), reason="this torch has no int8 matrix product on the CPU"
 )
+#: This CPU's int8 products are torch's slow generic kernel (forced by the fixture below).
+EMULATED = int8_instructions() is None
+
+
+@pytest.fixture(autouse=True)
+def _int8_products_on_every_cpu(monkeypatch):
+    """Where this CPU has no int8 dot-product instructions, int8 runs all the same (the
+    tests that check the fallback set their own reason)."""
+    if EMULATED:
+        monkeypatch.setattr(int8_module, "int8_instructions", lambda: "generic kernel")
+
 
 TEXTS = ["a good film", "a bad film", "great acting", "terrible plot"] * 2
 LABELS = np.array([1, 0, 1, 0] * 2)
@@ -61,6 +83,78 @@ def test_int8_rows_do_not_depend_on_the_other_rows_and_stay_close_to_fp32():
     np.testing.assert_array_equal(added, first + residual)
     gelu = Int8.linear_gelu(x, packed, bias, torch.empty(64, 80))
     np.testing.assert_array_equal(gelu, torch.nn.functional.gelu(first))
+    no_bias = Int8.linear(x, packed, None, torch.empty(64, 80)).clone()
+    np.testing.assert_allclose(no_bias, first - bias, rtol=0, atol=1e-5)
+    gated = Int8.linear_mul(x, residual, packed, None, torch.empty(64, 80))
+    np.testing.assert_array_equal(gated, no_bias * residual)
+
+
+def _with_an_outlier_channel(rows, generator):
+    x = torch.randn(rows, 48, generator=generator)
+    x[:, 5] *= 40.0  # as the norms' outputs of BERT-style layers have a few
+    return x
+
+
+def test_smoothing_keeps_each_row_alone_and_shrinks_the_error_of_an_outlier_channel():
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(80, 48, generator=generator) * 0.1
+    bias = torch.randn(80, generator=generator)
+    peaks = _with_an_outlier_channel(32, generator).abs().amax(0)  # another sample's peaks
+    x = _with_an_outlier_channel(64, generator)
+    reference = x @ weight.T + bias
+    plain = Int8.linear(x, Int8.pack(weight, 64), bias, torch.empty(64, 80)).clone()
+    smoothed_weight = Int8.pack(weight, 64, peaks)
+    smoothed = Int8.linear(x, smoothed_weight, bias, torch.empty(64, 80)).clone()
+    error_plain = float((plain - reference).abs().mean())
+    error_smoothed = float((smoothed - reference).abs().mean())
+    assert error_smoothed < 0.5 * error_plain, (error_smoothed, error_plain)
+    others = torch.cat([x[:5], torch.randn(59, 48, generator=generator) * 100])
+    again = Int8.linear(others, smoothed_weight, bias, torch.empty(64, 80))
+    np.testing.assert_array_equal(again[:5], smoothed[:5])
+    zeros = Int8.linear(torch.zeros(64, 48), smoothed_weight, bias, torch.empty(64, 80))
+    np.testing.assert_array_equal(zeros, bias.expand(64, 80))
+    quiet = torch.zeros(48)  # a channel the calibration never saw is not divided by zero
+    quiet[5] = 1.0
+    assert torch.isfinite(Int8.pack(weight, 64, quiet)[2]).all()
+
+
+def test_asymmetric_rows_quantise_gelu_outputs_finer_and_each_row_alone():
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(80, 96, generator=generator) * 0.1
+    bias = torch.randn(80, generator=generator)
+    x = torch.nn.functional.gelu(torch.randn(64, 96, generator=generator) * 2)  # >= -0.17
+    packed = Int8.pack(weight, 64, asymmetric=True)
+    quantised_weight = packed[0].t().float() * packed[1][:, None]  # the same in both
+    reference = x @ quantised_weight.T + bias  # the error of the inputs' quantisation alone
+    symmetric = Int8.linear(x, Int8.pack(weight, 64), bias, torch.empty(64, 80)).clone()
+    asymmetric = Int8.linear(x, packed, bias, torch.empty(64, 80)).clone()
+    error_symmetric = float((symmetric - reference).abs().mean())
+    error_asymmetric = float((asymmetric - reference).abs().mean())
+    # 255 steps over [-0.17, max] rather than 254 over [-max, max]: about half the step
+    assert error_asymmetric < 0.6 * error_symmetric, (error_asymmetric, error_symmetric)
+    others = torch.cat([x[:6], torch.randn(58, 96, generator=generator) * 50 - 20])
+    again = Int8.linear(others, packed, bias, torch.empty(64, 80))
+    np.testing.assert_array_equal(again[:6], asymmetric[:6])
+    zeros = Int8.linear(torch.zeros(64, 96), packed, bias, torch.empty(64, 80))
+    np.testing.assert_array_equal(zeros, bias.expand(64, 80))  # the zero points cancel exactly
+    negative = -x  # a row wholly below zero (its zero point at the top) works as well
+    flipped = Int8.linear(negative, packed, None, torch.empty(64, 80))
+    expected = negative @ quantised_weight.T
+    assert float((flipped - expected).abs().max()) < 0.01 * float(expected.abs().max())
+
+
+def test_the_peak_recorder_multiplies_in_float32_and_keeps_each_input_channels_peak():
+    generator = torch.Generator().manual_seed(2)
+    weight = torch.randn(40, 24, generator=generator)
+    bias = torch.randn(40, generator=generator)
+    recorded = PeakRecorder.pack(weight, 16)
+    first, second = (torch.randn(16, 24, generator=generator) for _ in range(2))
+    out = PeakRecorder.linear(first, recorded, bias, torch.empty(16, 40))
+    torch.testing.assert_close(out, first @ weight.T + bias)
+    PeakRecorder.linear_gelu(second, recorded, None, torch.empty(16, 40))
+    np.testing.assert_array_equal(recorded.peaks, torch.cat([first, second]).abs().amax(0))
+    np.testing.assert_array_equal(calibration_ids(1000), calibration_ids(1000))  # fixed
+    assert int(calibration_ids(1000).max()) < 1000
 
 
 @pytest.mark.parametrize(
@@ -87,7 +181,18 @@ def test_int8_instructions_read_the_capability_and_the_cpu_flags(
 
 
 # ---------------------------------------------------------------- invariance and agreement
-@pytest.mark.parametrize("model", ["tiny_bert", "packaged_model"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "tiny_bert",
+        pytest.param(
+            "packaged_model",
+            marks=pytest.mark.skipif(
+                EMULATED, reason="torch's generic int8 kernel: minutes for this on the real model"
+            ),
+        ),
+    ],
+)
 def test_an_int8_text_alone_has_the_bits_it_gets_in_a_call_of_100(request, model):
     X = sentences(100, seed=4, longest=40)  # mixed lengths
     est = BertSentenceTransformer(request.getfixturevalue(model), device="cpu", precision="int8")
@@ -112,6 +217,19 @@ def test_int8_vectors_agree_with_fp32(request, model):
     assert _int8_plan(est) is not None
     assert not np.array_equal(int8, fp32)  # int8 products did run
     assert _cosines(int8, fp32).min() >= 0.99
+
+
+def test_int8_runs_a_pre_norm_family_without_biases_and_with_a_gated_feed_forward(
+    tiny_modernbert,
+):
+    X = sentences(40, seed=5, longest=30)
+    fp32 = BertSentenceTransformer(tiny_modernbert, device="cpu").fit(["a"]).transform(X)
+    est = BertSentenceTransformer(tiny_modernbert, device="cpu", precision="int8").fit(["a"])
+    int8 = est.transform(X)
+    assert _int8_plan(est) is not None
+    assert not np.array_equal(int8, fp32)
+    assert _cosines(int8, fp32).min() >= 0.99
+    np.testing.assert_array_equal(one_by_one(est.transform, X[:10]), int8[:10])
 
 
 def test_int8_weights_are_quantised_once_outside_the_estimator(tiny_bert):
@@ -253,3 +371,32 @@ def test_the_feature_cache_keeps_int8_and_fp32_vectors_apart(tiny_bert, tmp_path
             np.testing.assert_array_equal(cached.transform(X), plain[precision])
         keys = sorted(p.read_text() for p in root.rglob("key.json"))
         assert len(keys) == 2 and any('"int8"' in key for key in keys)
+
+
+# ---------------------------------------------------------------- a base-size model
+def _exact_int_mm(a, b, *, out=None):
+    """``torch._int_mm``'s integer sums, computed in float64 (exact below 2**53): the same bits,
+    seconds where torch's generic int8 kernel takes minutes on a 768-wide model."""
+    sums = (a.double() @ b.double()).to(torch.int32)
+    return sums if out is None else out.copy_(sums)
+
+
+@pytest.mark.real_mpnet
+def test_int8_runs_all_mpnet_base_v2_close_to_fp32(real_mpnet, monkeypatch):
+    """Twelve layers of 768: the int8 plan passes its check (a bound of 0.1 on the probe had
+    refused it) and the sentence vectors stay close to float32's."""
+    if EMULATED:
+        generator = torch.Generator().manual_seed(0)
+        a = torch.randint(-128, 128, (32, 768), dtype=torch.int8, generator=generator)
+        b = torch.randint(-128, 128, (768, 64), dtype=torch.int8, generator=generator)
+        assert torch.equal(_exact_int_mm(a, b), torch._int_mm(a, b))  # the same bits here
+        monkeypatch.setattr(torch, "_int_mm", _exact_int_mm)
+    X = sentences(12, seed=12, longest=25)
+    fp32 = BertSentenceTransformer(real_mpnet, device="cpu").fit(["a"]).transform(X)
+    est = BertSentenceTransformer(real_mpnet, device="cpu", precision="int8").fit(["a"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fall-back to float32
+        int8 = est.transform(X)
+    assert _int8_plan(est) is not None
+    assert _cosines(int8, fp32).min() >= 0.99
+    np.testing.assert_array_equal(one_by_one(est.transform, X[:3]), int8[:3])

@@ -32,13 +32,34 @@ import os
 
 import torch
 
-__all__ = ["Blas", "OneDnn", "products_for_this_cpu"]
+__all__ = ["AfterTheProduct", "Blas", "OneDnn", "products_for_this_cpu"]
 
 #: Environment variable that forces a kind of products: "blas" or "onednn".
 ENV_VARIABLE = "SKBERT_CPU_PRODUCTS"
 
 
-class Blas:
+class AfterTheProduct:
+    """A kind of products whose bias is its ``linear``'s and whose residual sum, GELU and gate
+    follow the product as steps of their own: :meth:`linear_add`, :meth:`linear_gelu` and
+    :meth:`linear_mul` from the subclass's ``linear``, in ``out``."""
+
+    @classmethod
+    def linear_add(cls, x, residual, weight, bias, out):
+        """``x @ W.T + b + residual``, in ``out`` (returned)."""
+        return cls.linear(x, weight, bias, out).add_(residual)
+
+    @classmethod
+    def linear_gelu(cls, x, weight, bias, out):
+        """``gelu(x @ W.T + b)`` (exact GELU), in ``out`` (returned)."""
+        return torch.ops.aten.gelu_(cls.linear(x, weight, bias, out))
+
+    @classmethod
+    def linear_mul(cls, x, other, weight, bias, out):
+        """``(x @ W.T + b) * other`` (a gate), in ``out`` (not ``other``; returned)."""
+        return cls.linear(x, weight, bias, out).mul_(other)
+
+
+class Blas(AfterTheProduct):
     """Products through torch's BLAS (``torch.addmm``) into given memory; the weight is a
     transposed view of the ``nn.Linear`` weight."""
 
@@ -55,27 +76,6 @@ class Blas:
         if bias is None:
             return torch.mm(x, weight, out=out)
         return torch.addmm(bias, x, weight, out=out)
-
-    @staticmethod
-    def linear_add(x, residual, weight, bias, out):
-        """``x @ W.T + b + residual``, in ``out`` or a new tensor (returned)."""
-        Blas.linear(x, weight, bias, out)
-        out += residual
-        return out
-
-    @staticmethod
-    def linear_gelu(x, weight, bias, out):
-        """``gelu(x @ W.T + b)`` (exact GELU), in ``out`` or a new tensor (returned)."""
-        Blas.linear(x, weight, bias, out)
-        return torch.ops.aten.gelu_(out)
-
-    @staticmethod
-    def linear_mul(x, other, weight, bias, out):
-        """``(x @ W.T + b) * other`` (a gate), in ``out`` (not ``other``) or a new tensor
-        (returned)."""
-        Blas.linear(x, weight, bias, out)
-        out *= other
-        return out
 
 
 class OneDnn:
