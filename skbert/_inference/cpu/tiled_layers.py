@@ -206,9 +206,9 @@ class _LayerWeights:
     """One layer with exact GELU as the tiled forward runs it, post-norm or pre-norm, plain or
     gated feed-forward pair, from its ``parts``
     (:class:`~skbert._inference.cpu.families.LayerParts`), its products done by ``products``
-    (:mod:`skbert._inference.cpu.products`) on weights packed for the tile size; int8 products
-    smoothed by the peaks of their inputs on the calibration input (``input_peaks``, one per
-    weight), where given."""
+    (:mod:`skbert._inference.cpu.products`) on weights packed for the tile size. With
+    ``input_peaks`` (one per weight: its inputs' peaks on the calibration input) the products
+    are int8 ones quantised as :meth:`_int8_options` says."""
 
     def __init__(self, parts, products, input_peaks=None):
         projections = tuple(parts.projections)
