@@ -58,7 +58,7 @@ import threading
 
 import torch
 
-from .products import AfterTheProduct
+from .products import AfterTheProduct, Blas
 
 __all__ = ["Int8", "PeakRecorder", "calibration_ids", "int8_instructions", "int8_products_in_torch"]
 
@@ -197,9 +197,7 @@ class PeakRecorder(AfterTheProduct):
     @staticmethod
     def linear(x, weight, bias, out):
         weight.see(x)
-        if bias is None:
-            return torch.mm(x, weight.transposed, out=out)
-        return torch.addmm(bias, x, weight.transposed, out=out)
+        return Blas.linear(x, weight.transposed, bias, out)
 
 
 class Recorded:
@@ -246,13 +244,14 @@ def _scaled_sums(x, weight, out) -> tuple:
     has them) quantised per row with the int8 ``weight``, times the weight's scales, in
     ``out``; and the rows' scales (applied by the caller)."""
     quantised_weight, weight_scale, reciprocal, weight_sums = weight
-    if reciprocal is not None:
-        x = torch.mul(x, reciprocal, out=_scratch("smoothed", x.shape, torch.float32))
     quantised = _scratch("input", x.shape, torch.int8)
     sums = _scratch("sums", (x.shape[0], quantised_weight.shape[1]), torch.int32)
+    if reciprocal is not None:  # the smoothed input, in memory of its own
+        x = torch.mul(x, reciprocal, out=_scratch("smoothed", x.shape, torch.float32))
     if weight_sums is None:
         row_scales = _row_scales(x)
-        quantised.copy_(torch.div(x, row_scales).round_())
+        scaled = x.div_(row_scales) if reciprocal is not None else torch.div(x, row_scales)
+        quantised.copy_(scaled.round_())
         torch._int_mm(quantised, quantised_weight, out=sums)
     else:
         row_scales, zero_points = _asymmetric_rows(x, quantised)
