@@ -31,11 +31,15 @@ its largest value, are coarse for every other channel. Two refinements, both sti
 - the feed-forward pair's second product reads GELU's outputs (at least -0.17, long-tailed
   above), which a symmetric range spends half its steps on; its rows are quantised over their
   own ``[min, max]`` with a zero point (``asymmetric``), corrected in the int32 sums exactly.
+  Its few loudest input channels (:func:`float_channels`: in base-size models the "massive
+  activations" of the special tokens, read by weight columns 20-100 times the typical one) are
+  multiplied in float32 (``float_tail``) and left out of the int8 ranges of both sides.
 
-Over the 2,758 STS-B test sentences (``benchmarks/int8_quality.py``), the worst text's cosine
-to float32 went from 0.9818 (plain) to 0.9954, the mean from 0.9965 to 0.9991
-(``_LayerWeights._int8_options`` in :mod:`skbert._inference.cpu.tiled_layers` says which
-product gets which).
+Over the 2,758 STS-B test sentences (``benchmarks/int8_quality.py``), all-MiniLM-L6-v2's worst
+text's cosine to float32 went from 0.9818 (plain) to 0.9954 with the first two, 0.9957 with
+all three, the mean from 0.9965 to 0.9993; all-mpnet-base-v2's worst from 0.9660 (the first
+two) to 0.9919 (``_LayerWeights._int8_options`` in :mod:`skbert._inference.cpu.tiled_layers`
+says which product gets which).
 
 Measured for all-MiniLM-L6-v2's products on 256-token tiles, one thread, on a 2-core AMD EPYC
 (Zen 5, AVX512-VNNI, AVX512-BF16, no AMX; torch 2.13, a loaded machine), 384 -> 1,536:
@@ -46,9 +50,10 @@ activation scale per tensor only, so it needs a scale fixed beforehand (a calibr
 to keep each text independent of the others; a scale per call (fbgemm's dynamic quantisation)
 would make a text's vector depend on its company. The weight is read as the transposed view of
 its row-major int8 copy: ``torch._int_mm`` is 1.7x faster on it than on a contiguous transpose.
-These timings predate the smoothing and the asymmetric rows, which add a pass over a smoothed
-product's input, and a range and an int32 correction to the second feed-forward product; they
-were not measured again on a VNNI CPU.
+These timings predate the smoothing, the asymmetric rows and the float channels, which add a
+pass over a smoothed product's input, a range and an int32 correction to the second
+feed-forward product and a float32 product on its few float channels; they were not measured
+again on a VNNI CPU.
 """
 
 from __future__ import annotations
@@ -74,6 +79,13 @@ SMOOTHING = 0.5
 #: that a channel quiet on the calibration input is not divided by a tiny number (which a
 #: large value of it in a real text would turn into a huge one, coarsening its whole token).
 PEAK_FLOOR = 0.1
+#: An input channel of an asymmetric product (the feed-forward pair's second, which reads GELU's
+#: outputs) stays in float32 where its weight column's peak or its calibration peak is over this
+#: many times the median channel's: a handful of channels per layer in base-size models (the
+#: "massive activations" of special tokens, and the weights that read them), which would
+#: otherwise set the int8 step of every weight row and every token that meets them (see
+#: :func:`float_channels`).
+FLOAT_CHANNEL_RATIO = 16.0
 #: The calibration input: rows x tokens of token ids drawn with a fixed seed.
 CALIBRATION_SHAPE = (16, 32)
 
@@ -137,10 +149,12 @@ class Int8(AfterTheProduct):
         tile: int,
         input_peaks: torch.Tensor | None = None,
         asymmetric: bool = False,
+        float_tail: int = 0,
     ) -> tuple:
         """``(int8 weight read as (in, out), float32 scale per output, reciprocal smoothing
-        factor per input channel or None, int32 sum per output or None)`` of a float32
-        ``weight`` of shape ``(out, in)``; the same for every tile size.
+        factor per input channel or None, int32 sum per output or None, float32 weight of the
+        last input channels read as (tail, out) or None)`` of a float32 ``weight`` of shape
+        ``(out, in)``; the same for every tile size.
 
         With ``input_peaks`` (the largest magnitude of each input channel on the calibration
         input, :class:`PeakRecorder`) the product is smoothed: the weight's columns are
@@ -149,8 +163,14 @@ class Int8(AfterTheProduct):
         quantised over its own range ``[min, max]`` (255 steps, a zero point per row) rather
         than ``[-max|x|, max|x|]``, for inputs mostly on one side of zero, such as GELU's
         outputs; the sums of the int8 weight's rows then correct the products for the zero
-        points, in exact integers."""
+        points, in exact integers. With ``float_tail`` the last ``float_tail`` input channels
+        (:func:`float_channels`, which the caller has moved there) are multiplied in float32
+        and left out of the int8 weight and of the inputs' int8 ranges."""
         weight = weight.detach().float()
+        tail = None
+        if float_tail:
+            tail = weight[:, -float_tail:].t().contiguous()
+            weight = weight[:, :-float_tail]
         reciprocal = None
         if input_peaks is not None:
             factors = smoothing_factors(input_peaks, weight)
@@ -160,15 +180,37 @@ class Int8(AfterTheProduct):
         scale = peak.clamp_min(torch.finfo(torch.float32).tiny) / 127.0
         quantised = torch.round(weight / scale[:, None]).clamp_(-127, 127).to(torch.int8)
         sums = quantised.sum(1, dtype=torch.int32) if asymmetric else None
-        return quantised.t(), scale, reciprocal, sums
+        return quantised.t(), scale, reciprocal, sums, tail
 
     @staticmethod
     def linear(x, weight, bias, out):
         """``x @ W.T + b`` (``b`` None: no bias) in ``out`` (returned)."""
+        tail = weight[4]
+        if tail is not None:  # the last input channels in float32
+            x, x_tail = x[:, : -len(tail)], x[:, -len(tail) :]
         sums, row_scales = _scaled_sums(x, weight, out)
         if bias is None:
-            return sums.mul_(row_scales)
-        return torch.addcmul(bias, sums, row_scales, out=out)
+            out = sums.mul_(row_scales)
+        else:
+            out = torch.addcmul(bias, sums, row_scales, out=out)
+        return out if tail is None else out.addmm_(x_tail, tail)
+
+
+def float_channels(input_peaks: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The input channels of ``weight`` (``(out, in)``) that an asymmetric int8 product
+    leaves in float32, ascending: those whose weight column's peak magnitude or calibration
+    peak (``input_peaks``) is over ``FLOAT_CHANNEL_RATIO`` times the median channel's.
+
+    In all-mpnet-base-v2 such channels carry 10 to 70 times the typical GELU output on the
+    special tokens, read by weights 20 to 100 times the typical; in int8 with them, one STS-B
+    sentence's vector fell to a cosine of 0.966 to its float32 one (0.998 without them: two
+    to four channels per layer)."""
+    columns = weight.detach().abs().amax(0).float()
+    peaks = input_peaks.float()
+    loud = (columns > FLOAT_CHANNEL_RATIO * columns.median()) | (
+        peaks > FLOAT_CHANNEL_RATIO * peaks.median()
+    )
+    return loud.nonzero().flatten()
 
 
 def smoothing_factors(input_peaks: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -243,7 +285,7 @@ def _scaled_sums(x, weight, out) -> tuple:
     """The exact int32 products of ``x`` (divided by the smoothing factors, where the weight
     has them) quantised per row with the int8 ``weight``, times the weight's scales, in
     ``out``; and the rows' scales (applied by the caller)."""
-    quantised_weight, weight_scale, reciprocal, weight_sums = weight
+    quantised_weight, weight_scale, reciprocal, weight_sums, _ = weight
     quantised = _scratch("input", x.shape, torch.int8)
     sums = _scratch("sums", (x.shape[0], quantised_weight.shape[1]), torch.int32)
     if reciprocal is not None:  # the smoothed input, in memory of its own
