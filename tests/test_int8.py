@@ -236,19 +236,10 @@ def test_int8_instructions_read_the_capability_and_the_cpu_flags(
 
 
 # ---------------------------------------------------------------- invariance and agreement
-@pytest.mark.parametrize(
-    "model",
-    [
-        "tiny_bert",
-        pytest.param(
-            "packaged_model",
-            marks=pytest.mark.skipif(
-                EMULATED, reason="torch's generic int8 kernel: minutes for this on the real model"
-            ),
-        ),
-    ],
-)
-def test_an_int8_text_alone_has_the_bits_it_gets_in_a_call_of_100(request, model):
+@pytest.mark.parametrize("model", ["tiny_bert", "packaged_model"])
+def test_an_int8_text_alone_has_the_bits_it_gets_in_a_call_of_100(request, model, monkeypatch):
+    if model == "packaged_model":
+        _exact_products_where_emulated(monkeypatch)
     X = sentences(100, seed=4, longest=40)  # mixed lengths
     est = BertSentenceTransformer(request.getfixturevalue(model), device="cpu", precision="int8")
     together = est.fit(["a"]).transform(X)
@@ -436,18 +427,25 @@ def _exact_int_mm(a, b, *, out=None):
     return sums if out is None else out.copy_(sums)
 
 
+def _exact_products_where_emulated(monkeypatch):
+    """Where this CPU's int8 products are torch's generic kernel (minutes on a real model),
+    :func:`_exact_int_mm` in its place, after checking the two give the same bits here."""
+    if not EMULATED:
+        return
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randint(-128, 128, (32, 768), dtype=torch.int8, generator=generator)
+    b = torch.randint(-128, 128, (768, 64), dtype=torch.int8, generator=generator)
+    assert torch.equal(_exact_int_mm(a, b), torch._int_mm(a, b))  # the same bits here
+    monkeypatch.setattr(torch, "_int_mm", _exact_int_mm)
+
+
 @pytest.mark.real_mpnet
 def test_int8_runs_all_mpnet_base_v2_close_to_fp32(real_mpnet, monkeypatch):
     """Twelve layers of 768: the int8 plan passes its check (a bound of 0.1 on the probe had
     refused it) and the sentence vectors stay close to float32's, the worst of the STS-B test
     sentences among them (0.966 before the loudest channels of the feed-forward pair's second
     product were kept in float32; 0.998 with them)."""
-    if EMULATED:
-        generator = torch.Generator().manual_seed(0)
-        a = torch.randint(-128, 128, (32, 768), dtype=torch.int8, generator=generator)
-        b = torch.randint(-128, 128, (768, 64), dtype=torch.int8, generator=generator)
-        assert torch.equal(_exact_int_mm(a, b), torch._int_mm(a, b))  # the same bits here
-        monkeypatch.setattr(torch, "_int_mm", _exact_int_mm)
+    _exact_products_where_emulated(monkeypatch)
     X = ["Afghan police kill 5 Taliban fighters", *sentences(11, seed=12, longest=25)]
     fp32 = BertSentenceTransformer(real_mpnet, device="cpu").fit(["a"]).transform(X)
     est = BertSentenceTransformer(real_mpnet, device="cpu", precision="int8").fit(["a"])
