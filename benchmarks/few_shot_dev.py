@@ -13,6 +13,12 @@ same for every configuration), and scored on held-out texts:
   draws being made from the other training questions.
 
 ``SetFit`` runs SetFit 1.2 with its defaults (``bench_few_shot.fit_setfit``) on the same draws.
+
+``--wise-alphas`` scores each skbert fit at several ``wise_alpha`` (WiSE-FT: the trained
+encoder averaged with the pre-trained one) for the cost of one training: the first alpha's fit
+writes a ``checkpoint_dir`` (a temporary folder), and each other alpha refits from the
+finished checkpoint, which trains nothing. A row records its ``wise_alpha``; rows written
+before the parameter existed have none and count as 1 (their fits averaged nothing).
 Each fit runs in a process of its own, ``--workers`` of them side by side with one thread
 each (the seconds are for comparing configurations of one run, not for quoting). The figures
 of every fit are appended to ``--results`` as it ends and reused by later runs; the report
@@ -23,6 +29,7 @@ Run from the repository root::
 
     pip install -e '.[models,bench]'
     python benchmarks/few_shot_dev.py --configs default,supcon,SetFit --sizes 8 --seeds 0-7
+    python benchmarks/few_shot_dev.py --configs supcon --wise-alphas 1,0.75,0.5 --sizes 16
     python benchmarks/few_shot_dev.py --report   # the report of the fits in --results only
 """
 
@@ -31,6 +38,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import itertools
 import json
 import multiprocessing
 import os
@@ -62,6 +70,12 @@ def parse_args(argv=None):
     parser.add_argument("--dataset", default="sst2", choices=("sst2", "trec"))
     parser.add_argument("--sizes", default="8,16", help="labelled texts per class")
     parser.add_argument("--seeds", default="0-4", help="draws: FIRST-LAST")
+    parser.add_argument(
+        "--wise-alphas",
+        default="1",
+        help="wise_alpha values each skbert fit is scored at (in [0, 1], comma-separated; "
+        "one training per fit)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="fits side by side")
     parser.add_argument("--data-home", default=default_data_home())
     parser.add_argument(
@@ -76,6 +90,9 @@ def parse_args(argv=None):
     if unknown:
         parser.error(f"--configs: unknown {unknown}; choose among {[*CONFIGS, 'SetFit']}")
     args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.wise_alphas = [float(a) for a in args.wise_alphas.split(",")]
+    if any(not 0 <= a <= 1 for a in args.wise_alphas):
+        parser.error(f"--wise-alphas: each in [0, 1], got {args.wise_alphas}")
     first, _, last = args.seeds.partition("-")
     args.seeds = list(range(int(first), int(last or first) + 1))
     return args
@@ -94,8 +111,10 @@ def split(dataset: str, data_home: str):
     return X[pool], y[pool], X[held], y[held]
 
 
-def one_fit(job: dict) -> dict:
-    """One configuration on one draw, in a process of its own; its held-out accuracy."""
+def one_fit(job: dict) -> list[dict]:
+    """One configuration on one draw, in a process of its own: its held-out accuracy, one row
+    per ``wise_alpha`` of the job (SetFit: one row)."""
+    import tempfile
     import warnings
 
     import torch
@@ -107,32 +126,50 @@ def one_fit(job: dict) -> dict:
 
     X, y, X_held, y_held = split(job["dataset"], job["data_home"])
     pick = draw(y, job["size"], job["seed"])
+
+    def scored(model) -> float:
+        predicted = np.asarray(model.predict(list(X_held))).astype(str)
+        return float(np.mean(predicted == y_held.astype(str)))
+
+    alphas = job.pop("wise_alphas")
     if job["config"] == "SetFit":
         model, seconds = fit_setfit(X[pick], y[pick], job["seed"])
-    else:
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
+        return [{**job, "accuracy": scored(model), "seconds": seconds, "cpu": cpu_model()}]
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
 
-        from skbert import BertSentenceTransformer
+    from skbert import BertSentenceTransformer
 
-        encoder = BertSentenceTransformer(
-            model_path(),
-            fine_tune="full",
-            objective="contrastive",
-            random_state=job["seed"],
-            **CONFIGS[job["config"]],
-        )
-        model = make_pipeline(encoder, LogisticRegression())
-        start = time.perf_counter()
-        model.fit(X[pick], y[pick])
-        seconds = time.perf_counter() - start
-    predicted = np.asarray(model.predict(list(X_held))).astype(str)
-    accuracy = float(np.mean(predicted == y_held.astype(str)))
-    return {**job, "accuracy": accuracy, "seconds": seconds, "cpu": cpu_model()}
+    rows = []
+    with tempfile.TemporaryDirectory() as state:
+        for alpha in alphas:  # the first trains; the others reread the finished checkpoint
+            encoder = BertSentenceTransformer(
+                model_path(),
+                fine_tune="full",
+                objective="contrastive",
+                random_state=job["seed"],
+                wise_alpha=alpha,
+                checkpoint_dir=state if len(alphas) > 1 else None,
+                **CONFIGS[job["config"]],
+            )
+            model = make_pipeline(encoder, LogisticRegression())
+            start = time.perf_counter()
+            model.fit(X[pick], y[pick])
+            seconds = rows[0]["seconds"] if rows else time.perf_counter() - start
+            row = {**job, "wise_alpha": alpha, "accuracy": scored(model), "seconds": seconds}
+            rows.append({**row, "cpu": cpu_model()})
+    return rows
 
 
 def key_of(row: dict) -> tuple:
-    return row["config"], row["dataset"], row["size"], row["seed"]
+    alpha = None if row["config"] == "SetFit" else row.get("wise_alpha", 1.0)
+    return row["config"], row["dataset"], row["size"], row["seed"], alpha
+
+
+def label_of(row: dict) -> str:
+    """The configuration's name, with its ``wise_alpha`` unless 1 (or SetFit)."""
+    alpha = key_of(row)[-1]
+    return row["config"] if alpha in (None, 1.0) else f"{row['config']}@{alpha:g}"
 
 
 def read_rows(path: str) -> list[dict]:
@@ -156,11 +193,12 @@ def report(rows: list[dict]) -> None:
     table = collections.defaultdict(dict)
     seconds = collections.defaultdict(list)
     for row in rows:  # the last row of a fit counts
-        table[row["dataset"], row["size"], row["config"]][row["seed"]] = row["accuracy"]
-        seconds[row["dataset"], row["size"], row["config"]].append(row["seconds"])
+        table[row["dataset"], row["size"], label_of(row)][row["seed"]] = row["accuracy"]
+        seconds[row["dataset"], row["size"], label_of(row)].append(row["seconds"])
     cpus = sorted({row["cpu"] for row in rows})
     print(f"\nheld-out accuracy, all-MiniLM-L6-v2; CPU: {', '.join(cpus)}")
-    header = f"{'data':<6}{'n/class':>8}  {'config':<9}{'draws':>6}{'accuracy':>10}{'fit s':>8}"
+    print("config@a: wise_alpha=a (none: 1, the trained weights); 'default' at wise_alpha=1")
+    header = f"{'data':<6}{'n/class':>8}  {'config':<14}{'draws':>6}{'accuracy':>10}{'fit s':>8}"
     print(f"{header}  {'vs default':<30}vs SetFit")
     for (dataset, size, config), accuracies in sorted(table.items()):
         default = table.get((dataset, size, "default"), {})
@@ -168,7 +206,7 @@ def report(rows: list[dict]) -> None:
         mean = np.mean(list(accuracies.values()))
         fit_s = np.mean(seconds[dataset, size, config])
         print(
-            f"{dataset:<6}{size:>8}  {config:<9}{len(accuracies):>6}{mean:>10.3f}{fit_s:>8.1f}  "
+            f"{dataset:<6}{size:>8}  {config:<14}{len(accuracies):>6}{mean:>10.3f}{fit_s:>8.1f}  "
             f"{paired(accuracies, default) if config != 'default' else '-':<30}"
             f"{paired(accuracies, setfit) if config != 'SetFit' else '-'}"
         )
@@ -179,13 +217,13 @@ def main(argv=None):
     rows = read_rows(args.results)
     if not args.report:
         done = {key_of(row) for row in rows}
-        jobs = [
-            {"config": c, "dataset": args.dataset, "size": s, "seed": seed}
-            for s in args.sizes
-            for seed in args.seeds
-            for c in args.configs
-        ]
-        jobs = [{**job, "data_home": args.data_home} for job in jobs if key_of(job) not in done]
+        jobs = []
+        for size, seed, config in itertools.product(args.sizes, args.seeds, args.configs):
+            job = {"config": config, "dataset": args.dataset, "size": size, "seed": seed}
+            alphas = [None] if config == "SetFit" else args.wise_alphas
+            missing = [a for a in alphas if key_of({**job, "wise_alpha": a}) not in done]
+            if missing:
+                jobs.append({**job, "wise_alphas": missing, "data_home": args.data_home})
         print(f"{len(jobs)} fits to run, {len(rows)} rows in {args.results}", flush=True)
         context = multiprocessing.get_context("spawn")
         os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
@@ -193,16 +231,17 @@ def main(argv=None):
             args.workers, mp_context=context, max_tasks_per_child=1
         ) as pool:
             for future in concurrent.futures.as_completed([pool.submit(one_fit, j) for j in jobs]):
-                row = {k: v for k, v in future.result().items() if k != "data_home"}
-                row["when"] = time.strftime("%Y-%m-%d %H:%M")
-                print(
-                    f"  {row['dataset']} {row['size']}/class seed {row['seed']} "
-                    f"{row['config']}: {row['accuracy']:.3f} ({row['seconds']:.0f} s)",
-                    flush=True,
-                )
-                with open(args.results, "a", encoding="utf-8") as out:
-                    out.write(json.dumps(row) + "\n")
-                rows.append(row)
+                for row in future.result():
+                    row = {k: v for k, v in row.items() if k != "data_home"}
+                    row["when"] = time.strftime("%Y-%m-%d %H:%M")
+                    print(
+                        f"  {row['dataset']} {row['size']}/class seed {row['seed']} "
+                        f"{label_of(row)}: {row['accuracy']:.3f} ({row['seconds']:.0f} s)",
+                        flush=True,
+                    )
+                    with open(args.results, "a", encoding="utf-8") as out:
+                        out.write(json.dumps(row) + "\n")
+                    rows.append(row)
     report(rows)
 
 

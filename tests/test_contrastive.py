@@ -405,3 +405,104 @@ def test_auto_rate_of_in_batch_losses_falls_with_the_steps_of_an_epoch(steps, ex
     assert auto_learning_rate("softmax", "batch-cosine", steps) == 2e-5
     # 8, 16, 32 and 64 texts per class of two classes at the defaults (30 passes, batch 32)
     assert [in_batch_steps(n, 30, 32) for n in (16, 32, 64, 128)] == [15, 30, 60, 120]
+
+
+# ---------------------------------------------------------------------------- WiSE-FT
+def backbone_weights(est) -> dict:
+    return {
+        name: param.detach().clone()
+        for name, param in est.network_.named_parameters()
+        if name.startswith("backbone.")
+    }
+
+
+def test_wise_alpha_averages_the_trained_encoder_with_the_pretrained(tiny_bert):
+    pretrained = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    trained = make(tiny_bert, wise_alpha=1.0).fit(TEXTS, LABELS)
+    half = make(tiny_bert, wise_alpha=0.5).fit(TEXTS, LABELS)  # the same training (seed)
+    start, end, mid = (backbone_weights(e) for e in (pretrained, trained, half))
+    assert start.keys() == end.keys() == mid.keys() and len(start) > 10
+    moved = [name for name in start if not torch.equal(start[name], end[name])]
+    assert len(moved) > len(start) // 2  # the training moved most weights
+    for name in start:
+        torch.testing.assert_close(mid[name], 0.5 * start[name] + 0.5 * end[name])
+    # 0 restores the pre-trained encoder exactly: the frozen vectors, bit for bit
+    zero = make(tiny_bert, wise_alpha=0.0).fit(TEXTS, LABELS)
+    np.testing.assert_array_equal(zero.transform(TEXTS), pretrained.transform(TEXTS))
+    assert not np.allclose(half.transform(TEXTS), trained.transform(TEXTS), atol=1e-4)
+    # the default, 1, keeps the trained weights
+    default = make(tiny_bert).fit(TEXTS, LABELS)
+    assert default.get_params()["wise_alpha"] == 1.0
+    np.testing.assert_array_equal(default.transform(TEXTS), trained.transform(TEXTS))
+
+
+def test_wise_alpha_averages_the_other_objectives_too(tiny_bert):
+    softmax = {"objective": "softmax", "max_epochs": 1}
+    pretrained = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    trained = make(tiny_bert, **softmax).fit(TEXTS, LABELS)
+    half = make(tiny_bert, wise_alpha=0.5, **softmax).fit(TEXTS, LABELS)
+    start, end, mid = (backbone_weights(e) for e in (pretrained, trained, half))
+    assert any(not torch.equal(start[name], end[name]) for name in start)  # it trained
+    for name in start:
+        torch.testing.assert_close(mid[name], 0.5 * start[name] + 0.5 * end[name])
+    # the output layer is new to the fit: trained, not averaged
+    torch.testing.assert_close(half.output_layer_.weight, trained.output_layer_.weight)
+
+
+def test_wise_alpha_leaves_new_layers_trained(tiny_bert):
+    cnn = {"pooling": "cnn", "cnn_channels": 4, "cnn_kernel_sizes": (1, 3)}
+    trained = make(tiny_bert, wise_alpha=1.0, **cnn).fit(TEXTS, LABELS)
+    half = make(tiny_bert, wise_alpha=0.5, **cnn).fit(TEXTS, LABELS)
+    pretrained = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    start, end, mid = (backbone_weights(e) for e in (pretrained, trained, half))
+    for name in start:
+        torch.testing.assert_close(mid[name], 0.5 * start[name] + 0.5 * end[name])
+    new = {n: p for n, p in half.network_.named_parameters() if not n.startswith("backbone.")}
+    assert new  # the CNN's weights: trained from random, not averaged with their start
+    ends = dict(trained.network_.named_parameters())
+    for name, param in new.items():
+        torch.testing.assert_close(param, ends[name], rtol=0, atol=0)
+
+
+def test_wise_alpha_with_warm_start_averages_with_the_fitted_encoder(tiny_bert):
+    est = make(tiny_bert, wise_alpha=1.0, warm_start=True).fit(TEXTS, LABELS)
+    first = est.transform(TEXTS)
+    est.set_params(wise_alpha=0.0).fit(TEXTS, LABELS)  # trains on, then restores its start
+    np.testing.assert_array_equal(est.transform(TEXTS), first)
+
+
+def test_a_finished_checkpointed_fit_reruns_with_another_wise_alpha(
+    tiny_bert, tmp_path, monkeypatch
+):
+    import skbert._estimator.contrastive as contrastive
+
+    make(tiny_bert, wise_alpha=1.0, checkpoint_dir=tmp_path / "state").fit(TEXTS, LABELS)
+    calls = []
+    real = contrastive.batch_cosine_loss
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(contrastive, "batch_cosine_loss", counted)
+    again = make(tiny_bert, wise_alpha=0.5, checkpoint_dir=tmp_path / "state")
+    again.fit(TEXTS, LABELS)
+    assert calls == []  # the finished training was read back, not run again
+    monkeypatch.undo()
+    expected = make(tiny_bert, wise_alpha=0.5).fit(TEXTS, LABELS).transform(TEXTS)
+    np.testing.assert_array_equal(again.transform(TEXTS), expected)
+
+
+def test_wise_alpha_errors(tiny_bert):
+    from skbert._training.weight_averaging import StartingWeights
+
+    for bad in (1.5, -0.1, "auto"):
+        with pytest.raises(InvalidParameterError, match="wise_alpha"):
+            make(tiny_bert, wise_alpha=bad).fit(TEXTS, LABELS)
+    start = StartingWeights(torch.nn.Linear(3, 2))
+    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 2"):
+        start.blend_into(torch.nn.Linear(3, 2), 2)
+    with pytest.raises(ValueError, match=r"'weight' was \(2, 3\), now \(4, 3\)"):
+        start.blend_into(torch.nn.Linear(3, 4), 0.5)
+    with pytest.raises(ValueError, match="'bias' was .*, now missing"):
+        start.blend_into(torch.nn.Linear(3, 2, bias=False), 0.5)
