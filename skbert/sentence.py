@@ -240,6 +240,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
     Sun, C., Qiu, X., Xu, Y., Huang, X. (2019). How to fine-tune BERT for text
     classification? CCL 2019.
 
+    Wortsman, M., Ilharco, G., Kim, J. W., et al. (2022). Robust fine-tuning of zero-shot
+    models. CVPR 2022 (``wise_alpha``).
+
     Examples
     --------
     >>> from skbert import BertSentenceTransformer
