@@ -27,16 +27,17 @@ from ._estimator.contrastive import (
 )
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
+from ._estimator.objectives import resolve_objective
 from ._estimator.parameter_docs import INT8_PRECISION, document, numpydoc_entries
-from ._estimator.targets import check_class_labels, check_gold_scores, check_scores, holds_scores
+from ._estimator.targets import check_class_labels, check_gold_scores, check_scores
 from ._estimator.training_settings import resolve_training_settings
 from ._estimator.validation import check_texts
+from ._estimator.wise_ft import WISE_PARAMETERS, average_back, starting_weights
 from ._nn.backbone import (
     DEFAULT_MODEL,
 )
 from ._nn.network import SiameseNetwork
 from ._training.loop import length_grouped_batches, train
-from ._training.weight_averaging import StartingWeights
 
 __all__ = ["BertSentenceTransformer"]
 
@@ -72,18 +73,6 @@ objective : {"auto", "cosine", "pair-softmax", "softmax", "contrastive"}, defaul
     (single texts with class labels, or a multi-label 0/1 indicator ``y``) trains the
     vectors themselves, SetFit-style: texts of a shared label close, others apart
     (``contrastive_loss``); fit a classifier on them next in a ``Pipeline``.
-wise_alpha : float in [0, 1], default=1.0
-    Weight-space ensembling (WiSE-FT, Wortsman et al. 2022) after a ``fine_tune="full"``
-    fit: each weight of the pre-trained encoder becomes ``(1 - wise_alpha) * before +
-    wise_alpha * trained``, keeping part of what pre-training taught, which training on a
-    few texts can wear away. 1 keeps the trained weights; 0 restores the pre-trained ones.
-    Layers new to the fit (a CNN pooling, chunk attention, an output layer) keep their
-    trained weights. Whether it helps depends on the task (user guide, held-out data,
-    ``objective="contrastive"`` at 0.5: +0.6 to +1.0 points on SST-2 with 8 or 16
-    labelled texts per class, -5 to -8 on TREC with 8), so search it rather than set it
-    blind. With ``warm_start``, ``before`` is the fitted encoder the fit continues. It is
-    applied after training: refitting the same data with another value from a finished
-    ``checkpoint_dir`` does not train again.
 learning_rate : float or "auto", default="auto"
     AdamW learning rate of the encoder's top layer. ``"auto"``: 2e-5 (SBERT's), except for
     ``objective="contrastive"`` with an in-batch loss (``"batch-cosine"``, ``"supcon"``),
@@ -144,6 +133,7 @@ verbose : int, default=0
 """
     )
     | CONTRASTIVE_PARAMETERS
+    | WISE_PARAMETERS
 )  # written beside the objective's code
 
 _OWN_ATTRIBUTES = numpydoc_entries(
@@ -410,34 +400,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         return model_normalizes(self.model)
 
     # ------------------------------------------------------------------ training
-    def _resolve_objective(self, second, y) -> str:
-        if y is None:
-            raise ValueError(
-                f"fine_tune={self.fine_tune!r} trains on labelled data: pass y (similarity "
-                "scores for sentence pairs, or class labels), or use fine_tune='none'."
-            )
-        # float y = similarity scores (even when whole numbers); ints / strings = classes
-        continuous = holds_scores(y, "BertSentenceTransformer")
-        objective = self.objective
-        if objective == "auto":
-            if second is None:
-                objective = "softmax"
-            else:
-                objective = "cosine" if continuous else "pair-softmax"
-        if objective in ("cosine", "pair-softmax") and second is None:
-            raise ValueError(f"objective={objective!r} needs sentence pairs (2-column X).")
-        if objective in ("softmax", "contrastive") and second is not None:
-            raise ValueError(f"objective={objective!r} takes single texts; X has 2 columns.")
-        y = np.asarray(y)  # a 2-D float y is a multi-label indicator (check_class_labels)
-        if objective != "cosine" and continuous and y.ndim == 1 and np.isfinite(y).all():
-            raise ValueError(  # (a NaN or inf: check_class_labels names its position)
-                f"objective={objective!r} needs class labels, but y holds continuous values; "
-                "similarity scores train objective='cosine' on sentence pairs."
-            )
-        return objective
-
     def _fit_objective(self, first, second, y, settings):
-        objective = self._resolve_objective(second, y)
+        objective = resolve_objective(self.objective, self.fine_tune, second, y)
         if settings.learning_rate == "auto":
             steps = in_batch_steps(len(first), pairs_per_text(self), self.batch_size)
             rate = auto_learning_rate(objective, self.contrastive_loss, steps)
@@ -491,11 +455,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                 "Use fine_tune='full', or pooling='cnn' (or chunk_pooling='attention')."
             )
         # WiSE-FT: the pre-trained weights (or warm_start's fitted ones), to average back in
-        start = (
-            StartingWeights(encoder, prefix="backbone.")
-            if self.wise_alpha < 1 and settings.train_backbone
-            else None
-        )
+        start = starting_weights(self, encoder, settings.train_backbone)
         device, dtype = self._device_and_dtype(trained=network)
         enc_a = self._encode(first)
         enc_b = self._encode(second) if second is not None else None
@@ -526,8 +486,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             desc="Fine-tuning",
             checkpoint=checkpoint,
         )
-        if start is not None:
-            start.blend_into(network.encoder, float(self.wise_alpha))
+        average_back(self, start, network.encoder)
         self.network_ = network.encoder.eval()
         self.output_layer_ = None if network.output_layer is None else network.output_layer.cpu()
         self.objective_ = objective

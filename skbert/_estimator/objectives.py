@@ -1,0 +1,66 @@
+"""Which training objective a :class:`~skbert.BertSentenceTransformer` fit runs.
+
+SBERT's objectives follow the data: sentence pairs with similarity scores train ``"cosine"``,
+pairs with class labels ``"pair-softmax"`` (the NLI objective), single texts with class labels
+``"softmax"``; ``"contrastive"`` (SetFit-style) is asked for, never inferred.
+:func:`resolve_objective` reads ``objective="auto"`` from the data and checks that an objective
+asked for fits it, naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .targets import holds_scores
+
+__all__ = ["resolve_objective"]
+
+
+def resolve_objective(objective: str, fine_tune: str, second, y) -> str:
+    """The objective a fit runs on ``(X, y)``: ``objective``, ``"auto"`` read from the data.
+
+    Parameters
+    ----------
+    objective : {"auto", "cosine", "pair-softmax", "softmax", "contrastive"}
+        The estimator's ``objective``.
+    fine_tune : str
+        The estimator's ``fine_tune`` (for the message when ``y`` is missing).
+    second : sequence of str or None
+        The second texts of sentence pairs, or None for single texts.
+    y : array-like or None
+        Scores or class labels (a 0/1 indicator for ``"contrastive"``).
+
+    Returns
+    -------
+    str
+        The resolved objective.
+
+    Raises
+    ------
+    ValueError
+        If ``y`` is None, or the objective does not fit the data (pairs or single texts,
+        scores or class labels).
+    """
+    if y is None:
+        raise ValueError(
+            f"fine_tune={fine_tune!r} trains on labelled data: pass y (similarity "
+            "scores for sentence pairs, or class labels), or use fine_tune='none'."
+        )
+    # float y = similarity scores (even when whole numbers); ints / strings = classes
+    continuous = holds_scores(y, "BertSentenceTransformer")
+    if objective == "auto":
+        if second is None:
+            objective = "softmax"
+        else:
+            objective = "cosine" if continuous else "pair-softmax"
+    if objective in ("cosine", "pair-softmax") and second is None:
+        raise ValueError(f"objective={objective!r} needs sentence pairs (2-column X).")
+    if objective in ("softmax", "contrastive") and second is not None:
+        raise ValueError(f"objective={objective!r} takes single texts; X has 2 columns.")
+    y = np.asarray(y)  # a 2-D float y is a multi-label indicator (check_class_labels)
+    if objective != "cosine" and continuous and y.ndim == 1 and np.isfinite(y).all():
+        raise ValueError(  # (a NaN or inf: check_class_labels names its position)
+            f"objective={objective!r} needs class labels, but y holds continuous values; "
+            "similarity scores train objective='cosine' on sentence pairs."
+        )
+    return objective
