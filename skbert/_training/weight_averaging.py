@@ -30,7 +30,6 @@ class StartingWeights:
     """
 
     def __init__(self, module: torch.nn.Module, prefix: str = "") -> None:
-        self.prefix = prefix
         self.weights = {
             name: param.detach().to("cpu", copy=True)
             for name, param in module.named_parameters()
@@ -71,10 +70,7 @@ class StartingWeights:
         if alpha == 1.0:
             return 0
         with torch.no_grad():
-            for name, start in self.weights.items():
+            for name, start in self.weights.items():  # alpha 0 gives the start exactly
                 param = params[name]
-                if alpha == 0.0:
-                    param.copy_(start)
-                else:
-                    param.mul_(alpha).add_(start.to(param.device, param.dtype), alpha=1 - alpha)
+                param.mul_(alpha).add_(start.to(param.device, param.dtype), alpha=1 - alpha)
         return len(self.weights)
