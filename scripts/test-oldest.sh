@@ -14,7 +14,8 @@
 # of the pins, pyproject.toml, the extras, the Python version and this checkout's path; a venv
 # whose stamp matches is used as it is (FORCE=1 rebuilds it).
 #
-# Extra arguments go to pytest, e.g. `bash scripts/test-oldest.sh tests/test_backbone.py`.
+# Extra arguments go to pytest, e.g. `bash scripts/test-oldest.sh tests/test_backbone.py`;
+# TEST_WORKERS pytest-xdist processes as in scripts/test.sh (default 2, 0 for none).
 # The tests on the 110 M-parameter all-mpnet-base-v2 (marker real_mpnet) run in the main suite
 # only (scripts/test.sh), to keep CI's time: a `-m` among the arguments replaces that choice.
 # `--prepare` only creates the venv and installs the pinned torch (the long part: downloading
@@ -108,7 +109,7 @@ fi
 export SKBERT_DATA=${SKBERT_DATA:-$(cd .. && pwd)/shared/data}
 export HF_HUB_OFFLINE=1
 status=0
-"$PY" -m pytest -q -p no:cacheprovider -m "not real_mpnet" "$@" || status=$?
+"$PY" -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-2}" -m "not real_mpnet" "$@" || status=$?
 # pytest exits 5 when a selection collects nothing (as scripts/test.sh allows).
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests for this selection"

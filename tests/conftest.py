@@ -5,7 +5,8 @@ SentencePiece-style Unigram for DeBERTa-v3 and ``tiny_albert_unigram``; ``tiny_a
 the WordPiece vocabulary of the golden outputs); the real all-mpnet-base-v2 where it is in the
 Hugging Face cache.
 
-Tests never reach the network: HF_HUB_OFFLINE is set before transformers is imported.
+Tests never reach the network: HF_HUB_OFFLINE is set before transformers is imported. Under
+pytest-xdist each worker gets its share of the cores (one each for ``-n 2`` on two cores).
 """
 
 from __future__ import annotations
@@ -15,9 +16,37 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+def _cores_per_worker() -> int | None:
+    """Under pytest-xdist (``scripts/test.sh`` runs ``-n 2``), each worker's share of the
+    cores, so that the workers' thread pools do not oversubscribe them; None otherwise."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // int(workers))
+
+
+WORKER_THREADS = _cores_per_worker()
+if WORKER_THREADS is not None:  # before numpy's BLAS and torch read them
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_variable, str(WORKER_THREADS))
+
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    """An xdist worker's thread pools held to its share of the cores (torch's, and any BLAS
+    or OpenMP library loaded before the environment variables above were set)."""
+    if WORKER_THREADS is not None:
+        import torch
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(WORKER_THREADS)
+        torch.set_num_threads(WORKER_THREADS)
+
 
 REPO = Path(__file__).resolve().parents[1]
 
