@@ -21,7 +21,8 @@ fi
 export SKBERT_DATA=${SKBERT_DATA:-$(cd .. && pwd)/shared/data}
 export HF_HUB_OFFLINE=1
 .venv/bin/python -m ruff check skbert tests examples benchmarks docs
-.venv/bin/python -m ruff format --check skbert tests examples benchmarks docs/conf.py docs/_static
+# (ruff >= 0.16 also formats the Python blocks of the Markdown pages)
+.venv/bin/python -m ruff format --check skbert tests examples benchmarks docs/conf.py docs/_static README.md docs/*.md
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-2}" "$@" || status=$?
 # pytest exits 5 when a selection (e.g. -m real_model on a machine without it) collects nothing.
