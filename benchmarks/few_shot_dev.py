@@ -60,6 +60,7 @@ CONFIGS = {
     "cosine": {"contrastive_loss": "cosine"},
     "lr5e-5": {"learning_rate": 5e-5},
     "lr2e-5": {"learning_rate": 2e-5},
+    "lr1e-5": {"learning_rate": 1e-5},
 }
 HELD_OUT_TREC = 800
 
