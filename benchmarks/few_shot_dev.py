@@ -61,6 +61,8 @@ CONFIGS = {
     "lr5e-5": {"learning_rate": 5e-5},
     "lr2e-5": {"learning_rate": 2e-5},
     "lr1e-5": {"learning_rate": 1e-5},
+    "lld0.8": {"layer_lr_decay": 0.8},
+    "lld0.9": {"layer_lr_decay": 0.9},
 }
 HELD_OUT_TREC = 800
 
