@@ -63,8 +63,28 @@ CONFIGS = {
     "lr1e-5": {"learning_rate": 1e-5},
     "lld0.8": {"layer_lr_decay": 0.8},
     "lld0.9": {"layer_lr_decay": 0.9},
+    "lld-floor": lambda n_texts: {"layer_lr_decay": floored_decay(n_texts)},
 }
 HELD_OUT_TREC = 800
+
+
+def floored_decay(n_texts: int, decay: float = 0.9, floor: float = 2e-5) -> float:
+    """A candidate rule (not built into skbert): ``decay`` per layer from the ``"auto"`` rate
+    of the default loss and batches, but no layer below ``floor`` (SBERT's 2e-5): the largest
+    of ``decay`` and ``(floor / rate) ** (1 / n_layers)``, so 1 where the rate is the floor."""
+    from bench_few_shot import model_path
+    from transformers import AutoConfig
+
+    from skbert._estimator.contrastive import (
+        AUTO_PAIRS_PER_TEXT,
+        auto_learning_rate,
+        in_batch_steps,
+    )
+
+    steps = in_batch_steps(n_texts, AUTO_PAIRS_PER_TEXT["batch-cosine"], 32)
+    rate = auto_learning_rate("contrastive", "batch-cosine", steps)
+    n_layers = AutoConfig.from_pretrained(model_path()).num_hidden_layers
+    return max(decay, min(1.0, floor / rate) ** (1 / n_layers))
 
 
 def parse_args(argv=None):
@@ -143,6 +163,9 @@ def one_fit(job: dict) -> list[dict]:
 
     from skbert import BertSentenceTransformer
 
+    settings = CONFIGS[job["config"]]
+    if callable(settings):  # a rule of the number of labelled texts
+        settings = settings(len(pick))
     rows = []
     with tempfile.TemporaryDirectory() as state:
         for alpha in alphas:  # the first trains; the others reread the finished checkpoint
@@ -153,7 +176,7 @@ def one_fit(job: dict) -> list[dict]:
                 random_state=job["seed"],
                 wise_alpha=alpha,
                 checkpoint_dir=state if len(alphas) > 1 else None,
-                **CONFIGS[job["config"]],
+                **settings,
             )
             model = make_pipeline(encoder, LogisticRegression())
             start = time.perf_counter()
