@@ -75,14 +75,12 @@ def floored_decay(n_texts: int, decay: float = 0.9, floor: float = 2e-5) -> floa
     from bench_few_shot import model_path
     from transformers import AutoConfig
 
-    from skbert._estimator.contrastive import (
-        AUTO_PAIRS_PER_TEXT,
-        auto_learning_rate,
-        in_batch_steps,
-    )
+    from skbert import BertSentenceTransformer
+    from skbert._estimator.contrastive import auto_learning_rate, in_batch_steps, pairs_per_text
 
-    steps = in_batch_steps(n_texts, AUTO_PAIRS_PER_TEXT["batch-cosine"], 32)
-    rate = auto_learning_rate("contrastive", "batch-cosine", steps)
+    defaults = BertSentenceTransformer(model_path())  # the default loss and batches
+    steps = in_batch_steps(n_texts, pairs_per_text(defaults), defaults.batch_size)
+    rate = auto_learning_rate("contrastive", defaults.contrastive_loss, steps)
     n_layers = AutoConfig.from_pretrained(model_path()).num_hidden_layers
     return max(decay, min(1.0, floor / rate) ** (1 / n_layers))
 
