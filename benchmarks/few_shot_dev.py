@@ -12,6 +12,10 @@ same for every configuration), and scored on held-out texts:
 * TREC, which has no dev split: 800 training questions set aside (a fixed permutation), the
   draws being made from the other training questions.
 
+``union`` (an experiment, not a parameter of skbert) puts the frozen pre-trained encoder's
+vectors beside the trained ones (``make_union(BertSentenceTransformer(fine_tune="none"),
+trained)``) for the LogisticRegression: the head weighs how much of each it needs.
+
 ``SetFit`` runs SetFit 1.2 with its defaults (``bench_few_shot.fit_setfit``) on the same draws.
 
 ``--wise-alphas`` scores each skbert fit at several ``wise_alpha`` (WiSE-FT: the trained
@@ -64,7 +68,10 @@ CONFIGS = {
     "lld0.8": {"layer_lr_decay": 0.8},
     "lld0.9": {"layer_lr_decay": 0.9},
     "lld-floor": lambda n_texts: {"layer_lr_decay": floored_decay(n_texts)},
+    "union": {"with_pretrained": True},
 }
+#: a configuration's key (not a parameter) for the pre-trained vectors beside the trained ones
+WITH_PRETRAINED = "with_pretrained"
 HELD_OUT_TREC = 800
 
 
@@ -157,13 +164,15 @@ def one_fit(job: dict) -> list[dict]:
         model, seconds = fit_setfit(X[pick], y[pick], job["seed"])
         return [{**job, "accuracy": scored(model), "seconds": seconds, "cpu": cpu_model()}]
     from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
+    from sklearn.pipeline import make_pipeline, make_union
 
     from skbert import BertSentenceTransformer
 
     settings = CONFIGS[job["config"]]
     if callable(settings):  # a rule of the number of labelled texts
         settings = settings(len(pick))
+    settings = dict(settings)
+    with_pretrained = settings.pop(WITH_PRETRAINED, False)
     rows = []
     with tempfile.TemporaryDirectory() as state:
         for alpha in alphas:  # the first trains; the others reread the finished checkpoint
@@ -176,6 +185,9 @@ def one_fit(job: dict) -> list[dict]:
                 checkpoint_dir=state if len(alphas) > 1 else None,
                 **settings,
             )
+            if with_pretrained:  # the frozen encoder's vectors beside the trained ones
+                frozen = BertSentenceTransformer(model_path(), fine_tune="none")
+                encoder = make_union(frozen, encoder)
             model = make_pipeline(encoder, LogisticRegression())
             start = time.perf_counter()
             model.fit(X[pick], y[pick])
