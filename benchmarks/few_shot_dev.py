@@ -54,6 +54,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 from _common import cpu_model, default_data_home  # noqa: E402
 
+#: a configuration's key (not a parameter) for the pre-trained vectors beside the trained ones
+WITH_PRETRAINED = "with_pretrained"
 #: the configurations: BertSentenceTransformer parameters over skbert's defaults
 CONFIGS = {
     "default": {},
@@ -68,10 +70,8 @@ CONFIGS = {
     "lld0.8": {"layer_lr_decay": 0.8},
     "lld0.9": {"layer_lr_decay": 0.9},
     "lld-floor": lambda n_texts: {"layer_lr_decay": floored_decay(n_texts)},
-    "union": {"with_pretrained": True},
+    "union": {WITH_PRETRAINED: True},
 }
-#: a configuration's key (not a parameter) for the pre-trained vectors beside the trained ones
-WITH_PRETRAINED = "with_pretrained"
 HELD_OUT_TREC = 800
 
 
