@@ -15,6 +15,7 @@ import numpy as np
 from sklearn.utils.validation import check_memory
 
 from .._core.messages import report
+from .._inference.int8 import int8_kind
 from .._nn.backbone import load_tokenizer_and_config, local_directory
 from .._storage.feature_cache import cache_key, cached_vectors, get_store, text_digests
 from .._storage.fingerprint import directory_fingerprint, state_fingerprint
@@ -70,7 +71,7 @@ def cached_transform(estimator, first, second, root) -> np.ndarray:
         )
     device, dtype = estimator._device_and_dtype(inference=True)
     readout = estimator.readout_
-    precision = "int8" if estimator._int8_runs(device) else dtype
+    precision = int8_kind() if estimator._int8_runs(device) else dtype
     context = {"model": fingerprint, "device": device.type, "precision": precision}
 
     def compute(positions, all_layers):

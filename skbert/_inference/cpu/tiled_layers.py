@@ -37,6 +37,7 @@ import torch
 from torch.nn import functional as F
 
 from .families import family_of
+from .fused_int8 import int8_products
 from .products import products_for_this_cpu
 from .quantised import Int8, PeakRecorder, calibration_ids, float_channels
 
@@ -300,8 +301,8 @@ class _LayerWeights:
         hidden = states.shape[1]
         products = self.products
         packed = self.packed(tile)
-        qkv_weight, out_weight, output_weight = packed[0], packed[1], packed[-1]
-        qkv_bias, out_bias, output_bias = self.biases[0], self.biases[1], self.biases[-1]
+        qkv_weight, out_weight = packed[0], packed[1]
+        qkv_bias, out_bias = self.biases[0], self.biases[1]
         first_norm, second_norm = self.norms
         qkv, context, normed = work.qkv, work.context, work.normed
         for begin in range(0, len(states), tile):
@@ -324,15 +325,28 @@ class _LayerWeights:
             )
             output = target[begin:end]
             if self.pre_norm:  # x + attention, then + the feed-forward pair of its norm
-                inner = self._inner(_norm(attended, second_norm, normed, work), packed, work)
-                result = products.linear_add(inner, attended, output_weight, output_bias, output)
+                normed_attended = _norm(attended, second_norm, normed, work)
+                result = self._feed_forward(normed_attended, attended, packed, work, output)
                 if result is not output:
                     output.copy_(result)
             else:  # the norm of x + attention, then the norm of that + its feed-forward pair
                 _norm(attended, first_norm, normed, work)
-                inner = self._inner(normed, packed, work)
-                result = products.linear_add(inner, normed, output_weight, output_bias, work.result)
+                result = self._feed_forward(normed, normed, packed, work, work.result)
                 _norm(result, second_norm, output, work)
+
+    def _feed_forward(self, normed, residual, packed, work, out):
+        """The feed-forward pair of one tile plus ``residual``, in ``out`` (or returned in
+        memory of the products' own): in one call where the products fuse a plain pair
+        (``feed_forward``: :class:`~skbert._inference.cpu.fused_int8.FusedInt8`), else
+        the inner states (:meth:`_inner`), then the output product."""
+        products = self.products
+        if not self.gated and hasattr(products, "feed_forward"):
+            return products.feed_forward(
+                normed, packed[2], self.biases[2], packed[-1], self.biases[-1], residual,
+                work.inner, out,
+            )  # fmt: skip
+        inner = self._inner(normed, packed, work)
+        return products.linear_add(inner, residual, packed[-1], self.biases[-1], out)
 
     def _inner(self, normed, packed, work):
         """The feed-forward pair's inner states of one tile: GELU of its product, or (gated)
@@ -427,7 +441,7 @@ def _agrees(backbone, plan) -> bool:
     probe = (torch.arange(2 * length).reshape(2, length) * 7 + 3) % vocab
     reference = _states(backbone, probe)
     tiled = plan.run(backbone, [(probe, None, len(probe))], True, 16)[0].hidden_states
-    if plan.products is Int8:  # float32 weights: the structure on a float32 plan of them
+    if issubclass(plan.products, Int8):  # float32 weights: the structure on a float32 plan of them
         errors = _errors(reference, tiled)
         if not all(error <= _INT8_CHECK_TOLERANCE for error in errors):
             return False
@@ -504,7 +518,7 @@ def _plan_for(backbone, int8: bool = False):
         family = _eligible(backbone, int8)
         if family is not None:
             if int8:
-                candidate = _Plan(backbone, family, Int8, _input_peaks(backbone, family))
+                candidate = _Plan(backbone, family, int8_products(), _input_peaks(backbone, family))
             else:
                 candidate = _Plan(backbone, family, products_for_this_cpu())
             plan = candidate if _agrees(backbone, candidate) else None
