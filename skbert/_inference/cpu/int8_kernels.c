@@ -103,37 +103,45 @@ void quantise_asymmetric(const float *x, int64_t rows, int64_t cols, int64_t ldx
     }
 }
 
-/* One row of int32 sums scaled back: (s - z * wsums) * (wscale * rs) + bias. */
-#define SCALED(c) ((float)(s[c] - z * wsums[c]) * (wscale[c] * rs) + bias[c])
-#define SCALED_SYMMETRIC(c) ((float)s[c] * (wscale[c] * rs) + bias[c])
+/* One row of int32 sums scaled back, (s - z * wsums) * (wscale * rs) + bias, then GELU
+ * (after == 1) or plus the residual row (after == 2). `asymmetric` and `after` are constants
+ * where it is called, so each combination compiles to a loop of its own. */
+static inline __attribute__((always_inline)) void scale_back_row(
+    const int32_t *restrict s, int64_t cols, const float *restrict wscale, float rs,
+    const float *restrict bias, int asymmetric, int32_t z, const int32_t *restrict wsums,
+    int after, const float *restrict res, float *restrict o) {
+    for (int64_t c = 0; c < cols; c++) {
+        const int32_t sum = asymmetric ? s[c] - z * wsums[c] : s[c];
+        const float v = (float)sum * (wscale[c] * rs) + bias[c];
+        o[c] = after == 1 ? gelu(v) : (after == 2 ? v + res[c] : v);
+    }
+}
 
-/* out = (sums - zero_points * wsums) * wscale * rscale + bias, then GELU (gelu != 0) or plus
- * residual (non-NULL). zero_points NULL: symmetric rows (wsums unread). bias: never NULL. */
+/* out = (sums - zero_points * wsums) * wscale * rscale + bias, then GELU (gelu_after != 0) or
+ * plus residual (non-NULL). zero_points NULL: symmetric rows (wsums unread). bias: never NULL. */
 void scale_back(const int32_t *sums, int64_t rows, int64_t cols, const float *wscale,
                 const float *rscale, const float *bias, const int32_t *zero_points,
                 const int32_t *wsums, const float *residual, int64_t ldres, int gelu_after,
                 float *out, int64_t ldout) {
     for (int64_t r = 0; r < rows; r++) {
-        const int32_t *restrict s = sums + r * cols;
-        float *restrict o = out + r * ldout;
+        const int32_t *s = sums + r * cols;
+        float *o = out + r * ldout;
         const float rs = rscale[r];
+        const float *res = residual ? residual + r * ldres : 0;
         if (zero_points) {
             const int32_t z = zero_points[r];
-            if (gelu_after) {
-                for (int64_t c = 0; c < cols; c++) o[c] = gelu(SCALED(c));
-            } else if (residual) {
-                const float *restrict res = residual + r * ldres;
-                for (int64_t c = 0; c < cols; c++) o[c] = SCALED(c) + res[c];
-            } else {
-                for (int64_t c = 0; c < cols; c++) o[c] = SCALED(c);
-            }
+            if (gelu_after)
+                scale_back_row(s, cols, wscale, rs, bias, 1, z, wsums, 1, res, o);
+            else if (residual)
+                scale_back_row(s, cols, wscale, rs, bias, 1, z, wsums, 2, res, o);
+            else
+                scale_back_row(s, cols, wscale, rs, bias, 1, z, wsums, 0, res, o);
         } else if (gelu_after) {
-            for (int64_t c = 0; c < cols; c++) o[c] = gelu(SCALED_SYMMETRIC(c));
+            scale_back_row(s, cols, wscale, rs, bias, 0, 0, wsums, 1, res, o);
         } else if (residual) {
-            const float *restrict res = residual + r * ldres;
-            for (int64_t c = 0; c < cols; c++) o[c] = SCALED_SYMMETRIC(c) + res[c];
+            scale_back_row(s, cols, wscale, rs, bias, 0, 0, wsums, 2, res, o);
         } else {
-            for (int64_t c = 0; c < cols; c++) o[c] = SCALED_SYMMETRIC(c);
+            scale_back_row(s, cols, wscale, rs, bias, 0, 0, wsums, 0, res, o);
         }
     }
 }
@@ -149,9 +157,7 @@ void gelu_quantise(const int32_t *sums, int64_t rows, int64_t cols, const float 
     const int64_t kept = cols - tail;
     float *restrict v = row_buffer;
     for (int64_t r = 0; r < rows; r++) {
-        const int32_t *restrict s = sums + r * cols;
-        const float rs = rscale[r];
-        for (int64_t c = 0; c < cols; c++) v[c] = gelu(SCALED_SYMMETRIC(c));
+        scale_back_row(sums + r * cols, cols, wscale, rscale[r], bias, 0, 0, 0, 1, 0, v);
         float low = 0.f, high = 0.f;
         for (int64_t c = 0; c < kept; c++) {
             low = v[c] < low ? v[c] : low;
