@@ -1,7 +1,7 @@
 """The compiled int8 steps (skbert._inference.cpu.native, .fused_int8): the same arithmetic as
 the torch operations of quantised.Int8 up to rounding, each row from that row alone (also at
-widths that leave a scalar remainder after the vectorised loops, and for rows at every
-alignment), the fused feed-forward pair, the compiled library kept and reused, and the choices
+widths that leave a scalar remainder after the vectorised loops, and for a row moved to another
+place in memory), the fused feed-forward pair, the compiled library kept and reused, and the choices
 of SKBERT_INT8_KERNELS (the torch operations, an error, the fall-back where no compiler is
 found)."""
 
@@ -208,7 +208,7 @@ def test_a_failed_compilation_says_why(fresh_choice, tmp_path):
         native.int8_kernels()
 
 
-def test_the_fused_and_torch_paths_give_an_estimator_close_vectors_and_separate_caches(
+def test_the_fused_and_torch_paths_give_an_estimator_close_vectors_under_their_own_kinds(
     kernels, tiny_bert, fresh_choice, tmp_path
 ):
     fresh_choice.setattr(int8_module, "int8_instructions", lambda: "forced")
