@@ -22,6 +22,7 @@ import skbert
 from skbert import BertSentenceTransformer, BertTextClassifier, BertTextRegressor
 from skbert._inference import int8 as int8_module
 from skbert._inference.cpu import quantised
+from skbert._inference.cpu.fused_int8 import int8_products
 from skbert._inference.cpu.quantised import (
     Int8,
     PeakRecorder,
@@ -236,7 +237,10 @@ def test_int8_instructions_read_the_capability_and_the_cpu_flags(
 
 
 # ---------------------------------------------------------------- invariance and agreement
-@pytest.mark.parametrize("model", ["tiny_bert", "packaged_model"])
+FAMILIES = ["tiny_bert", "tiny_distilbert", "tiny_mpnet", "tiny_deberta", "tiny_roberta"]
+
+
+@pytest.mark.parametrize("model", [*FAMILIES, "packaged_model"])
 def test_an_int8_text_alone_has_the_bits_it_gets_in_a_call_of_100(request, model, monkeypatch):
     if model == "packaged_model":
         _exact_products_where_emulated(monkeypatch)
@@ -249,6 +253,7 @@ def test_an_int8_text_alone_has_the_bits_it_gets_in_a_call_of_100(request, model
     finally:
         torch.set_num_threads(threads)
     assert _int8_plan(est) is not None  # it ran int8
+    assert _int8_plan(est).products is int8_products()  # the compiled steps where they build
     np.testing.assert_array_equal(one_by_one(est.transform, X[:30]), together[:30])
     order = np.random.default_rng(0).permutation(len(X))
     np.testing.assert_array_equal(est.transform([X[i] for i in order]), together[order])
