@@ -80,7 +80,7 @@ class FusedInt8(Int8):
             gelu = FusedInt8.linear_gelu(x, inner_weight, inner_bias, inner)
             return FusedInt8.linear_add(gelu, residual, weight, bias, out)
         library = int8_kernels()
-        sums, scales = _symmetric_sums(library, x, inner_weight)
+        sums, scales, _ = _quantised_sums(library, x, inner_weight)  # symmetric: smoothed
         rows, cols = sums.shape
         tail = weight[4]
         n_tail = 0 if tail is None else len(tail)
@@ -110,40 +110,36 @@ def _product(x, weight, bias, out, residual, gelu):
     x_tail = None
     if tail is not None:  # the last input channels in float32
         x, x_tail = x[:, : -len(tail)], x[:, -len(tail) :]
-    if weight[3] is None:
-        sums, scales = _symmetric_sums(library, x, weight)
-        zero_points = None
-    else:
-        rows, cols = x.shape
-        quantised = _scratch("input", (rows, cols), torch.int8)
-        scales = _scratch("row_scales", (rows,), torch.float32)
-        zero_points = _scratch("zero_points", (rows,), torch.int32)
-        library.quantise_asymmetric(
-            x.data_ptr(), rows, cols, x.stride(0), quantised.data_ptr(), scales.data_ptr(),
-            zero_points.data_ptr(),
-        )  # fmt: skip
-        sums = _scratch("sums", (rows, weight[0].shape[1]), torch.int32)
-        torch._int_mm(quantised, weight[0], out=sums)
+    sums, scales, zero_points = _quantised_sums(library, x, weight)
     return _scale_back(
         library, sums, weight, bias, scales, zero_points, out, residual, gelu, x_tail
     )
 
 
-def _symmetric_sums(library, x, weight):
-    """The int32 sums of ``x`` (smoothed where the weight is) quantised per row, times the
-    int8 weight; and the rows' scales."""
+def _quantised_sums(library, x, weight):
+    """The int32 sums of ``x`` quantised per row (smoothed where the weight is; over each
+    row's range where the weight is asymmetric) times the int8 weight; the rows' scales; their
+    zero points (None for symmetric rows)."""
     rows, cols = x.shape
     quantised = _scratch("input", (rows, cols), torch.int8)
     scales = _scratch("row_scales", (rows,), torch.float32)
-    reciprocal = weight[2]
-    library.quantise_symmetric(
-        x.data_ptr(), rows, cols, x.stride(0),
-        None if reciprocal is None else reciprocal.data_ptr(),
-        quantised.data_ptr(), scales.data_ptr(),
-    )  # fmt: skip
+    zero_points = None
+    if weight[3] is None:
+        reciprocal = weight[2]
+        library.quantise_symmetric(
+            x.data_ptr(), rows, cols, x.stride(0),
+            None if reciprocal is None else reciprocal.data_ptr(),
+            quantised.data_ptr(), scales.data_ptr(),
+        )  # fmt: skip
+    else:
+        zero_points = _scratch("zero_points", (rows,), torch.int32)
+        library.quantise_asymmetric(
+            x.data_ptr(), rows, cols, x.stride(0), quantised.data_ptr(), scales.data_ptr(),
+            zero_points.data_ptr(),
+        )  # fmt: skip
     sums = _scratch("sums", (rows, weight[0].shape[1]), torch.int32)
     torch._int_mm(quantised, weight[0], out=sums)
-    return sums, scales
+    return sums, scales, zero_points
 
 
 def _scale_back(library, sums, weight, bias, scales, zero_points, out, residual, gelu, x_tail):
