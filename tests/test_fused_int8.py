@@ -149,12 +149,12 @@ def test_gelu_of_the_compiled_steps_is_within_a_millionth_of_torchs(kernels):
 
 def test_the_compiled_library_is_kept_and_reused(fresh_choice, tmp_path):
     fresh_choice.setenv("SKBERT_KERNEL_CACHE", str(tmp_path))
-    first = native._build()
+    first = native._build(native.INT8)
     assert first.parent == tmp_path and first.exists()
     stamp = first.stat().st_mtime_ns
     runs = []
     fresh_choice.setattr(native.subprocess, "run", _recording(runs, native.subprocess.run))
-    assert native._build() == first
+    assert native._build(native.INT8) == first
     assert first.stat().st_mtime_ns == stamp
     assert all("-o" not in command for command in runs)  # the compiler's version only
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary left
@@ -169,14 +169,14 @@ def _recording(runs, run):
 
 
 def test_skbert_int8_kernels_torch_uses_the_torch_operations(fresh_choice):
-    fresh_choice.setenv(native.ENV_VARIABLE, "torch")
+    fresh_choice.setenv(native.INT8.variable, "torch")
     assert native.int8_kernels() is None
     assert int8_products() is Int8
     assert int8_module.int8_kind() == "int8"
 
 
 def test_a_bad_skbert_int8_kernels_names_the_value_and_the_choices(fresh_choice):
-    fresh_choice.setenv(native.ENV_VARIABLE, "fast")
+    fresh_choice.setenv(native.INT8.variable, "fast")
     choices = r"SKBERT_INT8_KERNELS='fast'.*'auto', 'native' or 'torch'"
     with pytest.raises(ValueError, match=choices):
         native.int8_kernels()
@@ -193,7 +193,7 @@ def test_without_a_compiler_int8_falls_back_to_torch_operations_or_fails_if_aske
     assert "no C compiler was found" in caplog.text
     assert int8_products() is Int8
     native.int8_kernels.cache_clear()
-    fresh_choice.setenv(native.ENV_VARIABLE, "native")
+    fresh_choice.setenv(native.INT8.variable, "native")
     with pytest.raises(RuntimeError, match="SKBERT_INT8_KERNELS='native', but no C compiler"):
         native.int8_kernels()
 
@@ -202,8 +202,8 @@ def test_a_failed_compilation_says_why(fresh_choice, tmp_path):
     fresh_choice.setenv("SKBERT_KERNEL_CACHE", str(tmp_path))
     broken = tmp_path / "broken.c"
     broken.write_text("this is not C\n")
-    fresh_choice.setattr(native, "SOURCE", broken)
-    fresh_choice.setenv(native.ENV_VARIABLE, "native")
+    fresh_choice.setattr(native, "INT8", native.INT8._replace(source=broken))
+    fresh_choice.setenv(native.INT8.variable, "native")
     with pytest.raises(RuntimeError, match="compiling broken.c failed"):
         native.int8_kernels()
 
@@ -216,7 +216,7 @@ def test_the_fused_and_torch_paths_give_an_estimator_close_vectors_under_their_o
     est = BertSentenceTransformer(tiny_bert, precision="int8", device="cpu").fit(texts)
     assert int8_module.int8_kind() == "int8-fused"
     fused = est.transform(texts)
-    fresh_choice.setenv(native.ENV_VARIABLE, "torch")
+    fresh_choice.setenv(native.INT8.variable, "torch")
     native.int8_kernels.cache_clear()
     from skbert._inference.cpu.tiled_layers import _INT8_PLANS
 

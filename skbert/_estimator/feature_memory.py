@@ -2,9 +2,9 @@
 cache is, what a fit with it learns, and vectors read through it.
 
 The store (:mod:`skbert._storage.feature_cache`) keeps vectors under a key; this module
-gives it the key of a fitted estimator (its model's fingerprint, read-out, device type and
-precision) and the encoder's forward pass for the texts it misses. Used by
-:class:`~skbert.sentence.BertSentenceTransformer`.
+gives it the key of a fitted estimator (its model's fingerprint, read-out, device type,
+precision and, on the CPU, attention kernel) and the encoder's forward pass for the texts it
+misses. Used by :class:`~skbert.sentence.BertSentenceTransformer`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 from sklearn.utils.validation import check_memory
 
 from .._core.messages import report
+from .._inference.cpu.attention import attention_kind
 from .._inference.int8 import int8_kind
 from .._nn.backbone import load_tokenizer_and_config, local_directory
 from .._storage.feature_cache import cache_key, cached_vectors, get_store, text_digests
@@ -72,7 +73,13 @@ def cached_transform(estimator, first, second, root) -> np.ndarray:
     device, dtype = estimator._device_and_dtype(inference=True)
     readout = estimator.readout_
     precision = int8_kind() if estimator._int8_runs(device) else dtype
-    context = {"model": fingerprint, "device": device.type, "precision": precision}
+    attention = attention_kind() if device.type == "cpu" else None
+    context = {
+        "model": fingerprint,
+        "device": device.type,
+        "precision": precision,
+        "attention": attention,
+    }
 
     def compute(positions, all_layers):
         return estimator._forward_all(

@@ -356,7 +356,9 @@ class FeatureStore:
             self._add(name, digests, shard)
 
 
-def cache_key(readout: Readout, *, model: str, device: str, precision) -> dict:
+def cache_key(
+    readout: Readout, *, model: str, device: str, precision, attention: str | None = None
+) -> dict:
     """Everything that changes the stored vectors, for :func:`get_store`.
 
     Parameters
@@ -370,6 +372,10 @@ def cache_key(readout: Readout, *, model: str, device: str, precision) -> dict:
         The device type (``"cpu"``, ``"cuda"``, ...).
     precision : torch.dtype, "int8" or None
         The inference precision (None for float32).
+    attention : str or None, default=None
+        Which attention kernel the CPU's tiled layers run (``"compiled"`` or ``"torch"``:
+        :func:`~skbert._inference.cpu.attention.attention_kind`; their vectors differ in the
+        last bits), None off the CPU.
 
     Returns
     -------
@@ -385,6 +391,7 @@ def cache_key(readout: Readout, *, model: str, device: str, precision) -> dict:
         **readout.encoding_key(),
         "device": device,
         "precision": str(precision),
+        "attention": attention,
         "readout": what,
     }
 

@@ -1,21 +1,24 @@
-"""The fused int8 steps of ``int8_kernels.c``, compiled for this machine on first use.
+"""The C kernels shipped beside this module, compiled for this machine on first use.
 
-The int8 products (:mod:`skbert._inference.cpu.fused_int8`) spend most of their time outside
-the int8 product itself when every step around it is a torch operation of its own; the C file
-shipped beside this module does each of those steps in one pass. It is compiled the first time
-``precision="int8"`` runs, with the machine's C compiler (``$CC``, else ``cc`` or ``gcc``),
-``-O3 -march=native``, in well under a second, and loaded with :mod:`ctypes` (whose calls
-release the GIL, so the prediction threads run them in parallel). The library is kept in a
-cache folder (``$SKBERT_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/skbert/kernels``, else
-``~/.cache/skbert/kernels``) under a name hashed from the source, the compiler's version, the
-flags and the CPU's model and flags, so a later process loads it without compiling; processes
-that compile at once each write a file of their own and rename it into place.
+Two sources: ``int8_kernels.c``, the steps around the int8 products
+(:mod:`skbert._inference.cpu.fused_int8`: quantising rows, scaling the sums back with the bias
+and GELU or the residual), which as torch operations took most of the int8 products' time; and
+``attention_kernel.c``, attention of the tiled layers' short blocks
+(:mod:`skbert._inference.cpu.attention`). Each is compiled the first time it is needed, with
+the machine's C compiler (``$CC``, else ``cc`` or ``gcc``), ``-O3 -march=native``, in well
+under a second, and loaded with :mod:`ctypes` (whose calls release the GIL, so the prediction
+threads run them in parallel). The libraries are kept in a cache folder
+(``$SKBERT_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/skbert/kernels``, else
+``~/.cache/skbert/kernels``) under names hashed from the source, the compiler's version, the
+flags and the CPU's model and flags, so a later process loads them without compiling;
+processes that compile at once each write a file of their own and rename it into place.
 
-Where no compiler is found or compiling fails, :func:`int8_kernels` returns None and the int8
-products run as torch operations (:class:`~skbert._inference.cpu.quantised.Int8`; slower, the
-same arithmetic up to rounding): the reason is logged once (logger ``skbert``).
-``SKBERT_INT8_KERNELS=torch`` chooses that path without trying; ``=native`` makes a failure to
-compile an error instead.
+Where no compiler is found or compiling fails, :func:`int8_kernels` and
+:func:`attention_kernel` return None and that work runs as torch operations (slower, the same
+arithmetic up to rounding): the reason is logged once (logger ``skbert``). An environment
+variable per kernel, ``SKBERT_INT8_KERNELS`` and ``SKBERT_ATTENTION_KERNEL``, chooses: ``auto``
+(the default), ``torch`` (the torch operations, without trying) or ``native`` (a failure to
+compile is an error).
 """
 
 from __future__ import annotations
@@ -30,56 +33,97 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["ENV_VARIABLE", "int8_kernels"]
+__all__ = ["ATTENTION", "INT8", "Kernel", "attention_kernel", "int8_kernels"]
 
-#: Environment variable: "auto" (default: compile, fall back to torch operations on failure),
-#: "torch" (never compile) or "native" (compile; failing is an error).
-ENV_VARIABLE = "SKBERT_INT8_KERNELS"
-SOURCE = Path(__file__).with_name("int8_kernels.c")
+
+class Kernel(NamedTuple):
+    """A C source shipped with the package, how it is compiled and what runs where it is not."""
+
+    #: The C file, beside this module.
+    source: Path
+    #: The compiler's flags.
+    flags: tuple
+    #: Per exported function, its arguments' :mod:`ctypes` types, and its result's (or None).
+    signatures: dict
+    #: The environment variable that chooses: "auto", "torch" or "native".
+    variable: str
+    #: What runs instead, for the log and the errors.
+    instead: str
+
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+_SHARED = ("-O3", "-march=native", "-fPIC", "-shared")
 #: ``-ffp-contract=off``: no multiply-add is fused but the source's explicit ``fmaf``, so a
 #: vectorised loop and its scalar remainder compute an element alike. The finite-math flags
 #: let the compiler vectorise the rows' min / max (exact in any order).
-FLAGS = (
-    "-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-ffinite-math-only",
-    "-fno-signed-zeros", "-fPIC", "-shared",
-)  # fmt: skip
+INT8 = Kernel(
+    Path(__file__).with_name("int8_kernels.c"),
+    (*_SHARED, "-ffp-contract=off", "-fno-math-errno", "-ffinite-math-only", "-fno-signed-zeros"),
+    {
+        "quantise_symmetric": ([_P, _I, _I, _I, _P, _P, _P], None),
+        "quantise_asymmetric": ([_P, _I, _I, _I, _P, _P, _P], None),
+        "scale_back": ([_P, _I, _I, _P, _P, _P, _P, _P, _P, _I, ctypes.c_int, _P, _I], None),
+        "gelu_quantise": ([_P, _I, _I, _P, _P, _P, _I, _P, _P, _P, _P, _P], None),
+    },
+    "SKBERT_INT8_KERNELS",
+    "int8 products run as torch operations (slower)",
+)
+#: The source's vectors need no element computed apart (every row is padded to whole vectors),
+#: so multiply-adds are fused wherever the compiler can (``-ffp-contract=fast``).
+ATTENTION = Kernel(
+    Path(__file__).with_name("attention_kernel.c"),
+    (*_SHARED, "-ffp-contract=fast"),
+    {
+        "attend": ([_P, _I, _I, _I, _I, ctypes.c_float, _P, _P], ctypes.c_int),
+        "attend_scratch": ([_I, _I], ctypes.c_int64),
+    },
+    "SKBERT_ATTENTION_KERNEL",
+    "attention runs PyTorch's kernel (slower on short texts)",
+)
 COMPILE_TIMEOUT = 120
 _LOG = logging.getLogger("skbert")
-_P, _I = ctypes.c_void_p, ctypes.c_int64
-_SIGNATURES = {
-    "quantise_symmetric": [_P, _I, _I, _I, _P, _P, _P],
-    "quantise_asymmetric": [_P, _I, _I, _I, _P, _P, _P],
-    "scale_back": [_P, _I, _I, _P, _P, _P, _P, _P, _P, _I, ctypes.c_int, _P, _I],
-    "gelu_quantise": [_P, _I, _I, _P, _P, _P, _I, _P, _P, _P, _P, _P],
-}
 
 
 @functools.cache
 def int8_kernels():
-    """The loaded library (a :class:`ctypes.CDLL` with the functions of ``int8_kernels.c``), or
-    None where the int8 products run as torch operations (see the module's description).
+    """The library of ``int8_kernels.c`` loaded (a :class:`ctypes.CDLL`), or None where the
+    int8 products run as torch operations (see the module's description and :func:`library`)."""
+    return library(INT8)
+
+
+@functools.cache
+def attention_kernel():
+    """The library of ``attention_kernel.c`` loaded (a :class:`ctypes.CDLL`), or None where
+    attention runs PyTorch's kernel (see the module's description and :func:`library`)."""
+    return library(ATTENTION)
+
+
+def library(kernel: Kernel):
+    """``kernel`` compiled (where the cache lacks it) and loaded, or None where its variable
+    says ``torch`` or (with ``auto``) it cannot be built (the reason is logged).
 
     Raises
     ------
     RuntimeError
-        With ``SKBERT_INT8_KERNELS=native`` where the library cannot be built or loaded.
+        Where the variable says ``native`` and the library cannot be built or loaded.
     ValueError
-        If ``SKBERT_INT8_KERNELS`` names no choice.
+        If the variable names no choice.
     """
-    choice = os.environ.get(ENV_VARIABLE, "auto").strip().lower() or "auto"
+    choice = os.environ.get(kernel.variable, "auto").strip().lower() or "auto"
     if choice not in ("auto", "torch", "native"):
         raise ValueError(
-            f"{ENV_VARIABLE}={choice!r} is not a choice; use 'auto', 'native' or 'torch'."
+            f"{kernel.variable}={choice!r} is not a choice; use 'auto', 'native' or 'torch'."
         )
     if choice == "torch":
         return None
     try:
-        return _load(_build())
+        return _load(_build(kernel), kernel)
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
         if choice == "native":
-            raise RuntimeError(f"{ENV_VARIABLE}='native', but {error}") from error
-        _LOG.info("skbert: int8 products run as torch operations (slower): %s", error)
+            raise RuntimeError(f"{kernel.variable}='native', but {error}") from error
+        _LOG.info("skbert: %s: %s", kernel.instead, error)
         return None
 
 
@@ -99,42 +143,47 @@ def _compiler() -> str:
     raise RuntimeError("no C compiler was found ($CC, cc or gcc)")
 
 
-def _build() -> Path:
+def _build(kernel: Kernel) -> Path:
     """The compiled library's path, compiling it where the cache lacks it."""
     compiler = _compiler()
     version = subprocess.run(
         [*compiler.split(), "--version"], capture_output=True, text=True, timeout=30
     ).stdout
-    source = SOURCE.read_bytes()
+    source = kernel.source.read_bytes()
     digest = hashlib.sha256()
-    for part in (source, version.encode(), " ".join(FLAGS).encode(), _cpu_identity().encode()):
+    for part in (
+        source,
+        version.encode(),
+        " ".join(kernel.flags).encode(),
+        _cpu_identity().encode(),
+    ):
         digest.update(part)
         digest.update(b"\0")
     folder = cache_folder()
-    target = folder / f"int8_kernels-{digest.hexdigest()[:20]}{_suffix()}"
+    target = folder / f"{kernel.source.stem}-{digest.hexdigest()[:20]}{_suffix()}"
     if target.exists():
         return target
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as work:
         built = Path(work) / target.name
-        command = [*compiler.split(), *FLAGS, "-o", str(built), str(SOURCE)]
+        command = [*compiler.split(), *kernel.flags, "-o", str(built), str(kernel.source)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT)
         if done.returncode != 0:
             raise RuntimeError(
-                f"compiling {SOURCE.name} failed ({' '.join(command)}): "
+                f"compiling {kernel.source.name} failed ({' '.join(command)}): "
                 f"{(done.stderr or done.stdout).strip()[-500:]}"
             )
         os.replace(built, target)
     return target
 
 
-def _load(path: Path):
-    library = ctypes.CDLL(str(path))
-    for name, arguments in _SIGNATURES.items():
-        function = getattr(library, name)
+def _load(path: Path, kernel: Kernel):
+    loaded = ctypes.CDLL(str(path))
+    for name, (arguments, result) in kernel.signatures.items():
+        function = getattr(loaded, name)
         function.argtypes = arguments
-        function.restype = None
-    return library
+        function.restype = result
+    return loaded
 
 
 def _suffix() -> str:

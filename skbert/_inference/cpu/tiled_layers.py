@@ -34,8 +34,8 @@ import types
 import weakref
 
 import torch
-from torch.nn import functional as F
 
+from .attention import attend_block
 from .families import family_of
 from .fused_int8 import int8_products
 from .products import products_for_this_cpu
@@ -298,7 +298,6 @@ class _LayerWeights:
     def run(self, states, target, tile, spans, heads, work):
         """Write the layer's output states for the input ``states`` into ``target`` (both of
         shape ``(tokens, hidden)``: the tokens of ``spans``, then the filling), tile by tile."""
-        hidden = states.shape[1]
         products = self.products
         packed = self.packed(tile)
         qkv_weight, out_weight = packed[0], packed[1]
@@ -313,11 +312,7 @@ class _LayerWeights:
             products.linear(source, qkv_weight, qkv_bias, qkv[begin:end])
         for begin, n_real, length, rows in spans:
             end = begin + n_real * length
-            part = qkv[begin:end].view(n_real, length, 3, heads, hidden // heads)
-            if n_real < rows:  # attention in the block's fixed shape, repeats included
-                part = part[torch.arange(rows) % n_real]
-            out = context[begin:end].view(n_real, length, heads, hidden // heads)
-            out.copy_(_attend(part, work, length)[:n_real].transpose(1, 2))
+            attend_block(qkv[begin:end], context[begin:end], n_real, rows, length, heads, work)
         for begin in range(0, len(states), tile):
             end = begin + tile
             attended = products.linear_add(
@@ -377,27 +372,6 @@ def _norm(x, norm, out, work):
     weight, bias, eps = norm
     _layer_norm(x, (x.shape[1],), weight, bias, eps, out0=out, out1=work.mean, out2=work.rstd)
     return out
-
-
-def _attend(part, work, length):
-    """Attention of one block from its ``(rows, length, 3, heads, head size)`` projections:
-    ``(rows, heads, length, head size)``. Where the family rotates queries and keys
-    (``work.rotate``: ModernBERT's rotary positions), that comes first; where it adds to the
-    scores (``work.bias``: MPNet's relative positions, DeBERTa's disentangled scores,
-    ModernBERT's sliding window), that is added to the scores scaled by ``work.scale``.
-    bfloat16 projections are attended in float32: on a 2-core AVX512-BF16 EPYC, PyTorch's CPU
-    attention kernel is slower in bfloat16 than the cast and float32 kernel (the bf16
-    ``transform`` of the 2,758 STS-B test sentences took 2.74 s with bfloat16 attention,
-    2.58 s with this), and float32 is the more accurate."""
-    if part.dtype != torch.float32:
-        part = part.float()
-    query, key, value = part.permute(2, 0, 3, 1, 4).unbind(0)
-    if work.bias is None and work.rotate is None:
-        return F.scaled_dot_product_attention(query, key, value)
-    if work.rotate is not None:
-        query, key = work.rotate(work.layer, query, key, length, work.memo)
-    extra = None if work.bias is None else work.bias(work.layer, query, key, length, work.memo)
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=extra, scale=work.scale)
 
 
 _layer_norm = torch.ops.aten.native_layer_norm.out  # F.layer_norm into given memory, same bits
