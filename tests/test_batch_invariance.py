@@ -148,15 +148,20 @@ def test_an_error_during_prediction_restores_the_thread_count(tiny_bert, monkeyp
     assert torch.get_num_threads() == threads
 
 
-def test_accelerator_path_run_on_the_cpu_gives_the_same_rows(tiny_bert):
+def test_accelerator_path_run_on_the_cpu_gives_the_same_rows(tiny_bert, monkeypatch):
     """The accelerator runner (a host thread preparing blocks, outputs kept on the device and
     reordered once at the end) checked on the CPU against the CPU runner: same rows, same
-    order. Pinned memory and asynchronous copies only apply on CUDA and are not run here."""
+    order. Pinned memory and asynchronous copies only apply on CUDA and are not run here. The
+    CPU runner's tiled layers attend with PyTorch's kernel here, as the transformers forward
+    does, so that the two agree bit for bit (the compiled attention differs in the last bits:
+    tests/test_attention_kernel.py)."""
+    from skbert._inference import cpu
     from skbert._inference.accelerator import run_on_accelerator
     from skbert._inference.cpu.runner import run_on_cpu
     from skbert._inference.predict import NoBar
     from skbert._text.encoding import encode_texts, row_blocks
 
+    monkeypatch.setattr(cpu.attention, "attention_kernel", lambda: None)
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
     network = est.fitted_network()  # what a float32 prediction on the CPU runs
     texts = sentences(70, seed=6, longest=20)
