@@ -132,6 +132,57 @@ def test_the_fused_feed_forward_pair_equals_its_two_products(kernels, tail):
     np.testing.assert_array_equal(alone, fused[:9])
 
 
+def _layer_norm(hidden, seed, with_bias=True):
+    generator = torch.Generator().manual_seed(seed)
+    weight = 1 + 0.3 * torch.randn(hidden, generator=generator)
+    bias = torch.randn(hidden, generator=generator) if with_bias else None
+    return weight, bias, 1e-12
+
+
+@pytest.mark.parametrize("columns, outputs", [(48, 80), (37, 53), (384, 384)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_a_product_with_its_layer_norm_is_the_norm_of_the_product_and_each_row_its_own(
+    kernels, columns, outputs, with_bias
+):
+    rows = 40
+    x, weight, bias, residual = _case(rows, columns, outputs, columns * outputs)
+    residual[:, 5] += 40  # an outlier channel in the residual stream, as BERT's states have
+    packed = Int8.pack(weight, rows, input_peaks=x.abs().amax(0))
+    norm = _layer_norm(outputs, outputs, with_bias)
+    got = FusedInt8.linear_add_norm(x, residual, packed, bias, norm, torch.empty(rows, outputs))
+    summed = FusedInt8.linear_add(x, residual, packed, bias, torch.empty(rows, outputs))
+    expected = torch.nn.functional.layer_norm(summed, (outputs,), *norm)
+    # the same sums; the norm's mean and variance summed in another order than torch's
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5 * float(expected.abs().max()))
+    others = torch.cat([torch.randn(5, columns) * 9, x[:7], torch.randn(2, columns)])
+    other_residual = torch.cat([residual[:5] * 3, residual[:7], residual[:2]])
+    again = FusedInt8.linear_add_norm(
+        others, other_residual, packed, bias, norm, torch.empty(14, outputs)
+    )
+    np.testing.assert_array_equal(again[5:12], got[:7])
+
+
+@pytest.mark.parametrize("tail", [0, 3])
+def test_the_feed_forward_pair_with_its_layer_norm_is_the_norm_of_the_pair(kernels, tail):
+    rows, hidden, inner = 48, 64, 160
+    x, first, first_bias, _ = _case(rows, hidden, inner, 17 + tail)
+    residual = torch.randn(rows, hidden)
+    second = torch.randn(hidden, inner) * 0.1
+    first_packed = Int8.pack(first, rows, input_peaks=x.abs().amax(0))
+    second_packed = Int8.pack(second, rows, asymmetric=True, float_tail=tail)
+    norm = _layer_norm(hidden, 3)
+    args = (x, first_packed, first_bias, second_packed, None, residual, torch.empty(rows, inner))
+    pair = FusedInt8.feed_forward(*args, torch.empty(rows, hidden))
+    normed = FusedInt8.feed_forward(*args, torch.empty(rows, hidden), norm)
+    expected = torch.nn.functional.layer_norm(pair, (hidden,), *norm)
+    np.testing.assert_allclose(normed, expected, rtol=0, atol=2e-5 * float(expected.abs().max()))
+    alone = FusedInt8.feed_forward(
+        x[:9], first_packed, first_bias, second_packed, None, residual[:9],
+        torch.empty(9, inner), torch.empty(9, hidden), norm,
+    )  # fmt: skip
+    np.testing.assert_array_equal(alone, normed[:9])
+
+
 def test_gelu_of_the_compiled_steps_is_within_a_millionth_of_torchs(kernels):
     rows, outputs = 8, 4096
     sums = torch.arange(rows * outputs, dtype=torch.int32).reshape(rows, outputs) - 16384
@@ -141,7 +192,7 @@ def test_gelu_of_the_compiled_steps_is_within_a_millionth_of_torchs(kernels):
     out = torch.empty(rows, outputs)
     kernels.scale_back(
         sums.data_ptr(), rows, outputs, weight_scale.data_ptr(), row_scale.data_ptr(),
-        bias.data_ptr(), None, None, None, 0, 1, out.data_ptr(), outputs,
+        bias.data_ptr(), None, None, None, 0, 1, out.data_ptr(), outputs, None, None, 0.0, None,
     )  # fmt: skip
     values = sums.float() * 1e-3  # -16.4 ... 16.4
     np.testing.assert_allclose(out, torch.nn.functional.gelu(values), rtol=0, atol=2e-6)

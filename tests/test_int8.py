@@ -179,13 +179,15 @@ def test_the_loudest_channels_of_an_asymmetric_product_are_multiplied_in_float32
 @pytest.mark.parametrize("model", ["tiny_bert", "tiny_modernbert"])
 def test_float_channels_moved_last_keep_each_layer_the_same_function(request, model, monkeypatch):
     """With the bound lowered, half the inner channels of every layer are reordered (gated
-    halves too) and multiplied in float32: the vectors stay close to float32's, closer than
-    int8's with none, and each text keeps its bits alone."""
+    halves too) and multiplied in float32: the vectors stay as close to float32's as int8's
+    with none, and each text keeps its bits alone."""
     X = sentences(40, seed=6, longest=30)
     path = request.getfixturevalue(model)
     fp32 = BertSentenceTransformer(path, device="cpu").fit(["a"]).transform(X)
     plain = BertSentenceTransformer(path, device="cpu", precision="int8").fit(["a"])
-    error_plain = 1 - _cosines(plain.transform(X), fp32)
+    # the vectors' distance to float32's (their cosines are within float32's rounding of 1 on
+    # these tiny models, too close to tell the two apart)
+    error_plain = np.abs(plain.transform(X) - fp32).mean()
     assert all(layer.float_tail == 0 for layer in _int8_plan(plain).layers)  # random weights
     monkeypatch.setattr(quantised, "FLOAT_CHANNEL_RATIO", 1.0)  # above the median: float
     est = BertSentenceTransformer(path, device="cpu", precision="int8").fit(["a"])
@@ -193,9 +195,14 @@ def test_float_channels_moved_last_keep_each_layer_the_same_function(request, mo
     tails = [layer.float_tail for layer in _int8_plan(est).layers]
     inner = _int8_plan(est).layers[0].inner_size
     assert all(inner // 3 < tail < inner for tail in tails), (tails, inner)
-    error = 1 - _cosines(int8, fp32)
-    assert error.max() <= 0.01
-    assert error.mean() < error_plain.mean(), (error.mean(), error_plain.mean())
+    assert (1 - _cosines(int8, fp32)).max() <= 0.01
+    # as close as int8 without float channels: on random weights GELU's outputs have no loud
+    # channels, so moving half of them to float32 need not bring the vectors closer (tiny_bert:
+    # 3.45e-5 against 3.28e-5; the gain on a loud channel is tested on one product above),
+    # while a wrong order of the channels is far off (the output product's columns left
+    # unordered: 3.0e-3, and its cosines still within 0.01)
+    error = np.abs(int8 - fp32).mean()
+    assert error < 2 * error_plain, (error, error_plain)
     np.testing.assert_array_equal(one_by_one(est.transform, X[:8]), int8[:8])
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch.nn import functional as F
 
 from .native import int8_kernels
 from .quantised import Int8, _scratch
@@ -70,15 +71,23 @@ class FusedInt8(Int8):
         return _product(x, weight, bias, out, None, True)
 
     @staticmethod
-    def feed_forward(x, inner_weight, inner_bias, weight, bias, residual, inner, out):
+    def linear_add_norm(x, residual, weight, bias, norm, out):
+        """``layer_norm(x @ W.T + b + residual)`` in ``out`` (returned), with ``norm``'s
+        ``(weight, bias or None, eps)``: in the pass that scales the sums back (a post-norm
+        layer's attention output and its norm)."""
+        return _product(x, weight, bias, out, residual, False, norm)
+
+    @staticmethod
+    def feed_forward(x, inner_weight, inner_bias, weight, bias, residual, inner, out, norm=None):
         """A plain feed-forward pair, ``gelu(x @ W1.T + b1) @ W2.T + b2 + residual``, in
-        ``out`` (returned), where the second product is asymmetric (as
-        :meth:`Int8.pack` packs the pair's second): GELU's outputs go straight from the first
-        product's int32 sums to the second's int8 input, a row at a time (``inner`` is not
-        written). Other pairs take the two products in turn."""
+        ``out`` (returned), then its layer norm where ``norm`` (``(weight, bias or None,
+        eps)``) is given, where the second product is asymmetric (as :meth:`Int8.pack` packs
+        the pair's second): GELU's outputs go straight from the first product's int32 sums to
+        the second's int8 input, a row at a time (``inner`` is not written). Other pairs take
+        the two products in turn."""
         if weight[3] is None:  # not asymmetric: no fused path
             gelu = FusedInt8.linear_gelu(x, inner_weight, inner_bias, inner)
-            return FusedInt8.linear_add(gelu, residual, weight, bias, out)
+            return _product(gelu, weight, bias, out, residual, False, norm)
         library = int8_kernels()
         sums, scales, _ = _quantised_sums(library, x, inner_weight)  # symmetric: smoothed
         rows, cols = sums.shape
@@ -99,11 +108,11 @@ class FusedInt8(Int8):
         torch._int_mm(quantised, weight[0], out=second)
         return _scale_back(
             library, second, weight, bias, middle_scales, zero_points, out, residual, False,
-            None if tail is None else tail_in,
+            None if tail is None else tail_in, norm,
         )  # fmt: skip
 
 
-def _product(x, weight, bias, out, residual, gelu):
+def _product(x, weight, bias, out, residual, gelu, norm=None):
     """One product with its steps after (:class:`FusedInt8`'s ``linear*``)."""
     library = int8_kernels()
     tail = weight[4]
@@ -112,7 +121,7 @@ def _product(x, weight, bias, out, residual, gelu):
         x, x_tail = x[:, : -len(tail)], x[:, -len(tail) :]
     sums, scales, zero_points = _quantised_sums(library, x, weight)
     return _scale_back(
-        library, sums, weight, bias, scales, zero_points, out, residual, gelu, x_tail
+        library, sums, weight, bias, scales, zero_points, out, residual, gelu, x_tail, norm
     )
 
 
@@ -142,12 +151,18 @@ def _quantised_sums(library, x, weight):
     return sums, scales, zero_points
 
 
-def _scale_back(library, sums, weight, bias, scales, zero_points, out, residual, gelu, x_tail):
-    """``out`` from the int32 ``sums``: scaled, the bias, then GELU or the residual; with float
-    channels (``x_tail``) their float32 product is added before GELU or the residual."""
+def _scale_back(
+    library, sums, weight, bias, scales, zero_points, out, residual, gelu, x_tail, norm=None
+):
+    """``out`` from the int32 ``sums``: scaled, the bias, then GELU or the residual, then the
+    layer norm ``norm`` (``(weight, bias or None, eps)``) where given; with float channels
+    (``x_tail``) their float32 product is added before GELU or the residual (and those steps
+    run as torch operations)."""
     rows, cols = sums.shape
     bias = _zeros(cols) if bias is None else bias
     fused_after = x_tail is None
+    norm_weight, norm_bias, eps = (None, None, 0.0) if norm is None else norm
+    fused_norm = fused_after and norm_weight is not None
     library.scale_back(
         sums.data_ptr(), rows, cols, weight[1].data_ptr(), scales.data_ptr(), bias.data_ptr(),
         None if zero_points is None else zero_points.data_ptr(),
@@ -155,6 +170,9 @@ def _scale_back(library, sums, weight, bias, scales, zero_points, out, residual,
         residual.data_ptr() if fused_after and residual is not None else None,
         0 if residual is None else residual.stride(0),
         int(gelu and fused_after), out.data_ptr(), out.stride(0),
+        norm_weight.data_ptr() if fused_norm else None,
+        norm_bias.data_ptr() if fused_norm and norm_bias is not None else None,
+        eps, _scratch("norm_row", (cols,), torch.float32).data_ptr(),
     )  # fmt: skip
     if not fused_after:
         out.addmm_(x_tail, weight[4])
@@ -162,4 +180,6 @@ def _scale_back(library, sums, weight, bias, scales, zero_points, out, residual,
             torch.ops.aten.gelu_(out)
         elif residual is not None:
             out.add_(residual)
+        if norm_weight is not None:
+            out.copy_(F.layer_norm(out, (cols,), norm_weight, norm_bias, eps))
     return out

@@ -5,8 +5,8 @@
  *
  * Every function works row by row: a row's results depend on that row of the input alone, so a
  * text gets the same bits in every call (the contract of skbert/_inference/predict.py). The
- * only reductions are a row's largest and smallest values, which are exact in any order; every
- * other step is elementwise, with no fused multiply-add but the explicit fmaf of the GELU
+ * reductions are a row's largest and smallest values, exact in any order, and the layer norm's
+ * sums, in one fixed order (row_sum); every other step is elementwise, with no fused multiply-add but the explicit fmaf of the GELU
  * polynomial, so the vectorised loop and its scalar remainder give the same bits for an element.
  *
  * Arrays are row-major float32 (int8 / int32 where named); `ld*` is a row's stride in elements.
@@ -117,12 +117,44 @@ static inline __attribute__((always_inline)) void scale_back_row(
     }
 }
 
+/* The sum of a row's values in a fixed order: 16 running sums (one vector), then those in
+ * turn; the same for the row wherever it is. */
+static inline float row_sum(const float *restrict v, int64_t cols) {
+    float part[16] = {0};
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16)
+        for (int k = 0; k < 16; k++) part[k] += v[c + k];
+    for (int k = 0; c < cols; c++, k++) part[k] += v[c];
+    float total = 0.f;
+    for (int k = 0; k < 16; k++) total += part[k];
+    return total;
+}
+
+/* A row's layer norm in place: (v - mean) / sqrt(variance + eps) * weight + bias (bias NULL:
+ * none), the variance over the values' distances to the mean. */
+static inline void norm_row(float *restrict v, int64_t cols, const float *restrict weight,
+                            const float *restrict bias, float eps, float *restrict scratch) {
+    const float mean = row_sum(v, cols) / (float)cols;
+    for (int64_t c = 0; c < cols; c++) {
+        const float d = v[c] - mean;
+        scratch[c] = d * d;
+    }
+    const float inverse = 1.f / sqrtf(row_sum(scratch, cols) / (float)cols + eps);
+    if (bias)
+        for (int64_t c = 0; c < cols; c++) v[c] = (v[c] - mean) * inverse * weight[c] + bias[c];
+    else
+        for (int64_t c = 0; c < cols; c++) v[c] = (v[c] - mean) * inverse * weight[c];
+}
+
 /* out = (sums - zero_points * wsums) * wscale * rscale + bias, then GELU (gelu_after != 0) or
- * plus residual (non-NULL). zero_points NULL: symmetric rows (wsums unread). bias: never NULL. */
+ * plus residual (non-NULL), then (norm_weight non-NULL) the layer norm of each row with
+ * norm_weight, norm_bias (NULL: none) and eps; row_buffer holds cols floats. zero_points NULL:
+ * symmetric rows (wsums unread). bias: never NULL. */
 void scale_back(const int32_t *sums, int64_t rows, int64_t cols, const float *wscale,
                 const float *rscale, const float *bias, const int32_t *zero_points,
                 const int32_t *wsums, const float *residual, int64_t ldres, int gelu_after,
-                float *out, int64_t ldout) {
+                float *out, int64_t ldout, const float *norm_weight, const float *norm_bias,
+                float eps, float *row_buffer) {
     for (int64_t r = 0; r < rows; r++) {
         const int32_t *s = sums + r * cols;
         float *o = out + r * ldout;
@@ -143,6 +175,7 @@ void scale_back(const int32_t *sums, int64_t rows, int64_t cols, const float *ws
         } else {
             scale_back_row(s, cols, wscale, rs, bias, 0, 0, wsums, 0, res, o);
         }
+        if (norm_weight) norm_row(o, cols, norm_weight, norm_bias, eps, row_buffer);
     }
 }
 

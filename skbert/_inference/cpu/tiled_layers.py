@@ -313,12 +313,20 @@ class _LayerWeights:
         for begin, n_real, length, rows in spans:
             end = begin + n_real * length
             attend_block(qkv[begin:end], context[begin:end], n_real, rows, length, heads, work)
+        norms_fused = not self.pre_norm and hasattr(products, "linear_add_norm")
         for begin in range(0, len(states), tile):
             end = begin + tile
+            output = target[begin:end]
+            if norms_fused:  # the post-norm layer below, each norm in its product's last pass
+                products.linear_add_norm(
+                    context[begin:end], states[begin:end], out_weight, out_bias, first_norm,
+                    normed,
+                )  # fmt: skip
+                self._feed_forward(normed, normed, packed, work, output, second_norm)
+                continue
             attended = products.linear_add(
                 context[begin:end], states[begin:end], out_weight, out_bias, work.attended
             )
-            output = target[begin:end]
             if self.pre_norm:  # x + attention, then + the feed-forward pair of its norm
                 normed_attended = _norm(attended, second_norm, normed, work)
                 result = self._feed_forward(normed_attended, attended, packed, work, output)
@@ -329,18 +337,21 @@ class _LayerWeights:
                 result = self._feed_forward(normed, normed, packed, work, work.result)
                 _norm(result, second_norm, output, work)
 
-    def _feed_forward(self, normed, residual, packed, work, out):
+    def _feed_forward(self, normed, residual, packed, work, out, norm=None):
         """The feed-forward pair of one tile plus ``residual``, in ``out`` (or returned in
         memory of the products' own): in one call where the products fuse a plain pair
         (``feed_forward``: :class:`~skbert._inference.cpu.fused_int8.FusedInt8`), else
-        the inner states (:meth:`_inner`), then the output product."""
+        the inner states (:meth:`_inner`), then the output product. With ``norm`` (products
+        that fuse it only: ``linear_add_norm``), the layer norm of that sum, in ``out``."""
         products = self.products
         if not self.gated and hasattr(products, "feed_forward"):
             return products.feed_forward(
                 normed, packed[2], self.biases[2], packed[-1], self.biases[-1], residual,
-                work.inner, out,
+                work.inner, out, norm,
             )  # fmt: skip
         inner = self._inner(normed, packed, work)
+        if norm is not None:
+            return products.linear_add_norm(inner, residual, packed[-1], self.biases[-1], norm, out)
         return products.linear_add(inner, residual, packed[-1], self.biases[-1], out)
 
     def _inner(self, normed, packed, work):
