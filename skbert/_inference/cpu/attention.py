@@ -22,10 +22,13 @@ the two apart (:func:`attention_kind`).
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.nn import functional as F
 
 from .native import attention_kernel
+from .scratch import scratch
 
 __all__ = ["attend_block", "attention_kind"]
 
@@ -73,17 +76,27 @@ def attend_block(qkv, context, n_real, rows, length, heads, work) -> None:
 def _compiled(kernel, qkv, context, n_real, length, heads, size) -> None:
     """The compiled kernel on float32 memory (bfloat16 projections read as float32, as
     :func:`_sdpa` does, and the outputs rounded back)."""
-    source = qkv if qkv.dtype == torch.float32 else qkv.float()
-    target = context if context.dtype == torch.float32 else torch.empty(context.shape)
-    scratch = torch.empty(kernel.attend_scratch(length, size) // 4)
+    source, target = qkv, context
+    if qkv.dtype != torch.float32:
+        source = _memory("attention_input", qkv.shape).copy_(qkv)
+    if context.dtype != torch.float32:
+        target = _memory("attention_output", context.shape)
+    work = _memory("attention_work", (kernel.attend_scratch(length, size) // 4,))
     failed = kernel.attend(
         source.data_ptr(), n_real, length, heads, size, size**-0.5, target.data_ptr(),
-        scratch.data_ptr(),
+        work.data_ptr(),
     )  # fmt: skip
     if failed:  # the sizes were checked above
         raise RuntimeError(f"the compiled attention refused heads of {size} ({failed})")
     if target is not context:
         context.copy_(target)
+
+
+def _memory(name, shape) -> torch.Tensor:
+    """float32 scratch of ``shape``, a view of this thread's array for ``name`` of the next
+    power of two of elements (blocks come in many shapes: this keeps a few arrays)."""
+    size = max(1, math.prod(shape))
+    return scratch(name, (1 << (size - 1).bit_length(),))[:size].view(shape)
 
 
 def _sdpa(part, work, length):

@@ -32,7 +32,8 @@ import torch
 from torch.nn import functional as F
 
 from .native import int8_kernels
-from .quantised import Int8, _scratch
+from .quantised import Int8
+from .scratch import scratch
 
 __all__ = ["FusedInt8", "int8_products"]
 
@@ -93,18 +94,18 @@ class FusedInt8(Int8):
         rows, cols = sums.shape
         tail = weight[4]
         n_tail = 0 if tail is None else len(tail)
-        quantised = _scratch("middle", (rows, cols - n_tail), torch.int8)
-        middle_scales = _scratch("middle_scales", (rows,), torch.float32)
-        zero_points = _scratch("middle_zero_points", (rows,), torch.int32)
-        tail_in = _scratch("middle_tail", (rows, n_tail), torch.float32)
-        buffer = _scratch("row", (cols,), torch.float32)
+        quantised = scratch("middle", (rows, cols - n_tail), torch.int8)
+        middle_scales = scratch("middle_scales", (rows,), torch.float32)
+        zero_points = scratch("middle_zero_points", (rows,), torch.int32)
+        tail_in = scratch("middle_tail", (rows, n_tail), torch.float32)
+        buffer = scratch("row", (cols,), torch.float32)
         first_bias = _zeros(cols) if inner_bias is None else inner_bias
         library.gelu_quantise(
             sums.data_ptr(), rows, cols, inner_weight[1].data_ptr(), scales.data_ptr(),
             first_bias.data_ptr(), n_tail, quantised.data_ptr(), middle_scales.data_ptr(),
             zero_points.data_ptr(), tail_in.data_ptr(), buffer.data_ptr(),
         )  # fmt: skip
-        second = _scratch("sums2", (rows, weight[0].shape[1]), torch.int32)
+        second = scratch("sums2", (rows, weight[0].shape[1]), torch.int32)
         torch._int_mm(quantised, weight[0], out=second)
         return _scale_back(
             library, second, weight, bias, middle_scales, zero_points, out, residual, False,
@@ -130,8 +131,8 @@ def _quantised_sums(library, x, weight):
     row's range where the weight is asymmetric) times the int8 weight; the rows' scales; their
     zero points (None for symmetric rows)."""
     rows, cols = x.shape
-    quantised = _scratch("input", (rows, cols), torch.int8)
-    scales = _scratch("row_scales", (rows,), torch.float32)
+    quantised = scratch("input", (rows, cols), torch.int8)
+    scales = scratch("row_scales", (rows,), torch.float32)
     zero_points = None
     if weight[3] is None:
         reciprocal = weight[2]
@@ -141,12 +142,12 @@ def _quantised_sums(library, x, weight):
             quantised.data_ptr(), scales.data_ptr(),
         )  # fmt: skip
     else:
-        zero_points = _scratch("zero_points", (rows,), torch.int32)
+        zero_points = scratch("zero_points", (rows,), torch.int32)
         library.quantise_asymmetric(
             x.data_ptr(), rows, cols, x.stride(0), quantised.data_ptr(), scales.data_ptr(),
             zero_points.data_ptr(),
         )  # fmt: skip
-    sums = _scratch("sums", (rows, weight[0].shape[1]), torch.int32)
+    sums = scratch("sums", (rows, weight[0].shape[1]), torch.int32)
     torch._int_mm(quantised, weight[0], out=sums)
     return sums, scales, zero_points
 
@@ -172,7 +173,7 @@ def _scale_back(
         int(gelu and fused_after), out.data_ptr(), out.stride(0),
         norm_weight.data_ptr() if fused_norm else None,
         norm_bias.data_ptr() if fused_norm and norm_bias is not None else None,
-        eps, _scratch("norm_row", (cols,), torch.float32).data_ptr(),
+        eps, scratch("norm_row", (cols,), torch.float32).data_ptr(),
     )  # fmt: skip
     if not fused_after:
         out.addmm_(x_tail, weight[4])

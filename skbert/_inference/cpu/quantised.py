@@ -67,11 +67,11 @@ fused in compiled C, wherever the machine's C compiler builds it
 from __future__ import annotations
 
 import functools
-import threading
 
 import torch
 
 from .products import AfterTheProduct, Blas
+from .scratch import scratch
 
 __all__ = ["Int8", "PeakRecorder", "calibration_ids", "int8_instructions", "int8_products_in_torch"]
 
@@ -270,19 +270,6 @@ def calibration_ids(vocab_size: int) -> torch.Tensor:
     return torch.randint(0, max(int(vocab_size), 1), CALIBRATION_SHAPE, generator=generator)
 
 
-_SCRATCH = threading.local()  # per thread: the int8 input and int32 sums of the last shape
-
-
-def _scratch(name: str, shape, dtype) -> torch.Tensor:
-    """Memory of ``shape`` kept per thread for the next product of the same shape (fresh
-    memory on every tile would cost page faults)."""
-    kept = getattr(_SCRATCH, name, None)
-    if kept is None or kept.shape != shape:
-        kept = torch.empty(shape, dtype=dtype)
-        setattr(_SCRATCH, name, kept)
-    return kept
-
-
 def _row_scales(x) -> torch.Tensor:
     """Per row of ``x``: its largest magnitude / 127, shape ``(rows, 1)`` (tiny for a row of
     zeros, such as the filling of the last tile, so that it quantises to zeros)."""
@@ -295,10 +282,10 @@ def _scaled_sums(x, weight, out) -> tuple:
     has them) quantised per row with the int8 ``weight``, times the weight's scales, in
     ``out``; and the rows' scales (applied by the caller)."""
     quantised_weight, weight_scale, reciprocal, weight_sums, _ = weight
-    quantised = _scratch("input", x.shape, torch.int8)
-    sums = _scratch("sums", (x.shape[0], quantised_weight.shape[1]), torch.int32)
+    quantised = scratch("input", x.shape, torch.int8)
+    sums = scratch("sums", (x.shape[0], quantised_weight.shape[1]), torch.int32)
     if reciprocal is not None:  # the smoothed input, in memory of its own
-        x = torch.mul(x, reciprocal, out=_scratch("smoothed", x.shape, torch.float32))
+        x = torch.mul(x, reciprocal, out=scratch("smoothed", x.shape, torch.float32))
     if weight_sums is None:
         row_scales = _row_scales(x)
         scaled = x.div_(row_scales) if reciprocal is not None else torch.div(x, row_scales)
