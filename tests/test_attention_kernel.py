@@ -176,7 +176,8 @@ def test_the_feature_cache_keeps_the_two_kernels_vectors_apart(
     _PLANS.clear()
     keys = sorted(p.read_text() for p in root.rglob("key.json"))
     assert len(keys) == 2
-    assert any('"attention": "compiled"' in k for k in keys)
+    digest = native.source_digest(native.ATTENTION)
+    assert any(f'"attention": "compiled-{digest}"' in k for k in keys)
     assert any('"attention": "torch"' in k for k in keys)
     np.testing.assert_allclose(compiled, pytorchs, atol=1e-5)
     fresh_choice.delenv(native.ATTENTION.variable)

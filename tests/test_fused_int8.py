@@ -265,7 +265,7 @@ def test_the_fused_and_torch_paths_give_an_estimator_close_vectors_under_their_o
     fresh_choice.setattr(int8_module, "int8_instructions", lambda: "forced")
     texts = ["a good film", "a bad film", "great acting and a plot", "terrible"] * 3
     est = BertSentenceTransformer(tiny_bert, precision="int8", device="cpu").fit(texts)
-    assert int8_module.int8_kind() == "int8-fused"
+    assert int8_module.int8_kind() == f"int8-fused-{native.source_digest(native.INT8)}"
     fused = est.transform(texts)
     fresh_choice.setenv(native.INT8.variable, "torch")
     native.int8_kernels.cache_clear()

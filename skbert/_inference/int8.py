@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from .composition import encoder_of
-from .cpu.fused_int8 import int8_products
+from .cpu.fused_int8 import FusedInt8, int8_products
+from .cpu.native import INT8, source_digest
 from .cpu.quantised import VNNI_FLAGS, int8_instructions, int8_products_in_torch
 from .cpu.tiled_layers import has_plan
 
@@ -21,11 +22,15 @@ __all__ = ["int8_kind", "int8_unavailable"]
 
 
 def int8_kind() -> str:
-    """Which int8 products run here: ``"int8-fused"`` (the compiled steps,
-    :mod:`skbert._inference.cpu.fused_int8`) or ``"int8"`` (torch operations,
-    :class:`~skbert._inference.cpu.quantised.Int8`). Their vectors differ in the last bits, so
-    the feature cache keeps them apart (its ``precision``)."""
-    return int8_products().name
+    """Which int8 products run here: ``"int8-fused-<digest>"`` (the compiled steps,
+    :mod:`skbert._inference.cpu.fused_int8`, of the C source with that digest) or ``"int8"``
+    (torch operations, :class:`~skbert._inference.cpu.quantised.Int8`). Their vectors differ
+    in the last bits, as do those of two versions of the C source, so the feature cache keeps
+    them apart (its ``precision``)."""
+    products = int8_products()
+    if products is FusedInt8:
+        return f"{products.name}-{source_digest(INT8)}"
+    return products.name
 
 
 def int8_unavailable(device: torch.device, network=None) -> str | None:

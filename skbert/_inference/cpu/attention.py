@@ -17,7 +17,7 @@ Each row's output depends on its own projections alone, through the same instruc
 given length and head size, so a text gets the same bits in every call (the contract of
 :mod:`skbert._inference.predict`). Its outputs differ from PyTorch's kernel's in the last bits
 (``exp`` is a polynomial within 2 ulp; the sums run in another order): the feature cache keeps
-the two apart (:func:`attention_kind`).
+the two apart, and two versions of the kernel (:func:`attention_kind`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import math
 import torch
 from torch.nn import functional as F
 
-from .native import attention_kernel
+from .native import ATTENTION, attention_kernel, source_digest
 from .scratch import scratch
 
 __all__ = ["attend_block", "attention_kind"]
@@ -37,9 +37,12 @@ MAX_HEAD = 128
 
 
 def attention_kind() -> str:
-    """``"compiled"`` where the compiled kernel loads, else ``"torch"``: the tiled layers'
-    vectors differ between the two in the last bits."""
-    return "compiled" if attention_kernel() is not None else "torch"
+    """``"compiled-<digest>"`` where the compiled kernel (of the C source with that digest)
+    loads, else ``"torch"``: the tiled layers' vectors differ between the two, and between
+    two versions of the C source, in the last bits."""
+    if attention_kernel() is None:
+        return "torch"
+    return f"compiled-{source_digest(ATTENTION)}"
 
 
 def attend_block(qkv, context, n_real, rows, length, heads, work) -> None:

@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["ATTENTION", "INT8", "Kernel", "attention_kernel", "int8_kernels"]
+__all__ = ["ATTENTION", "INT8", "Kernel", "attention_kernel", "int8_kernels", "source_digest"]
 
 
 class Kernel(NamedTuple):
@@ -147,6 +147,17 @@ def library(kernel: Kernel):
             raise RuntimeError(f"{kernel.variable}='native', but {error}") from error
         _LOG.info("skbert: %s: %s", kernel.instead, error)
         return None
+
+
+def source_digest(kernel: Kernel) -> str:
+    """The first 12 hexadecimal digits of the SHA-256 of ``kernel``'s source: names the
+    arithmetic of its results (the feature cache keys vectors by it)."""
+    return _digest(kernel.source)
+
+
+@functools.cache
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
 def cache_folder() -> Path:
