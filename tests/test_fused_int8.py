@@ -192,7 +192,8 @@ def test_gelu_of_the_compiled_steps_is_within_a_millionth_of_torchs(kernels):
     out = torch.empty(rows, outputs)
     kernels.scale_back(
         sums.data_ptr(), rows, outputs, weight_scale.data_ptr(), row_scale.data_ptr(),
-        bias.data_ptr(), None, None, None, 0, 1, out.data_ptr(), outputs, None, None, 0.0, None,
+        bias.data_ptr(), None, None, None, 0, 0, None, None, 0, 1, out.data_ptr(), outputs, None,
+        None, 0.0, None,
     )  # fmt: skip
     values = sums.float() * 1e-3  # -16.4 ... 16.4
     np.testing.assert_allclose(out, torch.nn.functional.gelu(values), rtol=0, atol=2e-6)

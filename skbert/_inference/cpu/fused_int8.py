@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch.nn import functional as F
 
 from .native import int8_kernels
 from .quantised import Int8
@@ -155,32 +154,25 @@ def _quantised_sums(library, x, weight):
 def _scale_back(
     library, sums, weight, bias, scales, zero_points, out, residual, gelu, x_tail, norm=None
 ):
-    """``out`` from the int32 ``sums``: scaled, the bias, then GELU or the residual, then the
-    layer norm ``norm`` (``(weight, bias or None, eps)``) where given; with float channels
-    (``x_tail``) their float32 product is added before GELU or the residual (and those steps
-    run as torch operations)."""
+    """``out`` from the int32 ``sums``: scaled, the bias, plus the float channels' product
+    (``x_tail`` times the weight's float rows, where it has them), then GELU or the residual,
+    then the layer norm ``norm`` (``(weight, bias or None, eps)``) where given: one pass."""
     rows, cols = sums.shape
     bias = _zeros(cols) if bias is None else bias
-    fused_after = x_tail is None
     norm_weight, norm_bias, eps = (None, None, 0.0) if norm is None else norm
-    fused_norm = fused_after and norm_weight is not None
     library.scale_back(
         sums.data_ptr(), rows, cols, weight[1].data_ptr(), scales.data_ptr(), bias.data_ptr(),
         None if zero_points is None else zero_points.data_ptr(),
         None if zero_points is None else weight[3].data_ptr(),
-        residual.data_ptr() if fused_after and residual is not None else None,
+        None if x_tail is None else x_tail.data_ptr(),
+        0 if x_tail is None else x_tail.shape[1],
+        0 if x_tail is None else x_tail.stride(0),
+        None if x_tail is None else weight[4].data_ptr(),
+        None if residual is None else residual.data_ptr(),
         0 if residual is None else residual.stride(0),
-        int(gelu and fused_after), out.data_ptr(), out.stride(0),
-        norm_weight.data_ptr() if fused_norm else None,
-        norm_bias.data_ptr() if fused_norm and norm_bias is not None else None,
+        int(gelu), out.data_ptr(), out.stride(0),
+        None if norm_weight is None else norm_weight.data_ptr(),
+        None if norm_bias is None else norm_bias.data_ptr(),
         eps, scratch("norm_row", (cols,), torch.float32).data_ptr(),
     )  # fmt: skip
-    if not fused_after:
-        out.addmm_(x_tail, weight[4])
-        if gelu:
-            torch.ops.aten.gelu_(out)
-        elif residual is not None:
-            out.add_(residual)
-        if norm_weight is not None:
-            out.copy_(F.layer_norm(out, (cols,), norm_weight, norm_bias, eps))
     return out

@@ -146,31 +146,59 @@ static inline void norm_row(float *restrict v, int64_t cols, const float *restri
         for (int64_t c = 0; c < cols; c++) v[c] = (v[c] - mean) * inverse * weight[c];
 }
 
-/* out = (sums - zero_points * wsums) * wscale * rscale + bias, then GELU (gelu_after != 0) or
- * plus residual (non-NULL), then (norm_weight non-NULL) the layer norm of each row with
- * norm_weight, norm_bias (NULL: none) and eps; row_buffer holds cols floats. zero_points NULL:
- * symmetric rows (wsums unread). bias: never NULL. */
+/* A row's scaled sums plus its float channels' product, in place: o += tail_row @ tail_weight
+ * (ntail x cols), one channel after the other; then GELU (after == 1) or plus the residual row
+ * (after == 2). */
+static inline void add_float_channels(float *restrict o, int64_t cols,
+                                      const float *restrict tail_row, int64_t ntail,
+                                      const float *restrict tail_weight, int after,
+                                      const float *restrict res) {
+    for (int64_t t = 0; t < ntail; t++) {
+        const float a = tail_row[t];
+        const float *restrict w = tail_weight + t * cols;
+        for (int64_t c = 0; c < cols; c++) o[c] += a * w[c];
+    }
+    if (after == 1)
+        for (int64_t c = 0; c < cols; c++) o[c] = gelu(o[c]);
+    else if (after == 2)
+        for (int64_t c = 0; c < cols; c++) o[c] += res[c];
+}
+
+/* out = (sums - zero_points * wsums) * wscale * rscale + bias, plus (ntail > 0) the float
+ * channels' product tail_in @ tail_weight (tail_in rows x ntail with row stride ldtail,
+ * tail_weight ntail x cols), then GELU (gelu_after != 0) or plus residual (non-NULL), then
+ * (norm_weight non-NULL) the layer norm of each row with norm_weight, norm_bias (NULL: none)
+ * and eps; row_buffer holds cols floats. zero_points NULL: symmetric rows (wsums unread).
+ * bias: never NULL. */
 void scale_back(const int32_t *sums, int64_t rows, int64_t cols, const float *wscale,
                 const float *rscale, const float *bias, const int32_t *zero_points,
-                const int32_t *wsums, const float *residual, int64_t ldres, int gelu_after,
+                const int32_t *wsums, const float *tail_in, int64_t ntail, int64_t ldtail,
+                const float *tail_weight, const float *residual, int64_t ldres, int gelu_after,
                 float *out, int64_t ldout, const float *norm_weight, const float *norm_bias,
                 float eps, float *row_buffer) {
+    const int after = gelu_after ? 1 : (residual ? 2 : 0);
     for (int64_t r = 0; r < rows; r++) {
         const int32_t *s = sums + r * cols;
         float *o = out + r * ldout;
         const float rs = rscale[r];
         const float *res = residual ? residual + r * ldres : 0;
-        if (zero_points) {
-            const int32_t z = zero_points[r];
-            if (gelu_after)
+        const int32_t z = zero_points ? zero_points[r] : 0;
+        if (ntail > 0) { /* scaled, then the float channels, then GELU or the residual */
+            if (zero_points)
+                scale_back_row(s, cols, wscale, rs, bias, 1, z, wsums, 0, res, o);
+            else
+                scale_back_row(s, cols, wscale, rs, bias, 0, 0, wsums, 0, res, o);
+            add_float_channels(o, cols, tail_in + r * ldtail, ntail, tail_weight, after, res);
+        } else if (zero_points) {
+            if (after == 1)
                 scale_back_row(s, cols, wscale, rs, bias, 1, z, wsums, 1, res, o);
-            else if (residual)
+            else if (after == 2)
                 scale_back_row(s, cols, wscale, rs, bias, 1, z, wsums, 2, res, o);
             else
                 scale_back_row(s, cols, wscale, rs, bias, 1, z, wsums, 0, res, o);
-        } else if (gelu_after) {
+        } else if (after == 1) {
             scale_back_row(s, cols, wscale, rs, bias, 0, 0, wsums, 1, res, o);
-        } else if (residual) {
+        } else if (after == 2) {
             scale_back_row(s, cols, wscale, rs, bias, 0, 0, wsums, 2, res, o);
         } else {
             scale_back_row(s, cols, wscale, rs, bias, 0, 0, wsums, 0, res, o);

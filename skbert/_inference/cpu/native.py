@@ -55,7 +55,7 @@ class Kernel(NamedTuple):
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _SHARED = ("-O3", "-march=native", "-fPIC", "-shared")
-_SCALE_BACK = [_P, _I, _I, _P, _P, _P, _P, _P, _P, _I, ctypes.c_int]
+_SCALE_BACK = [_P, _I, _I, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P, _I, ctypes.c_int]
 #: ``-ffp-contract=off``: no multiply-add is fused but the source's explicit ``fmaf``, so a
 #: vectorised loop and its scalar remainder compute an element alike. The finite-math flags
 #: let the compiler vectorise the rows' min / max (exact in any order).
@@ -65,28 +65,7 @@ INT8 = Kernel(
     {
         "quantise_symmetric": ([_P, _I, _I, _I, _P, _P, _P], None),
         "quantise_asymmetric": ([_P, _I, _I, _I, _P, _P, _P], None),
-        "scale_back": (
-            [
-                _P,
-                _I,
-                _I,
-                _P,
-                _P,
-                _P,
-                _P,
-                _P,
-                _P,
-                _I,
-                ctypes.c_int,
-                _P,
-                _I,
-                _P,
-                _P,
-                ctypes.c_float,
-                _P,
-            ],
-            None,
-        ),
+        "scale_back": ([*_SCALE_BACK, _P, _I, _P, _P, ctypes.c_float, _P], None),
         "gelu_quantise": ([_P, _I, _I, _P, _P, _P, _I, _P, _P, _P, _P, _P], None),
     },
     "SKBERT_INT8_KERNELS",
