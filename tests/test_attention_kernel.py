@@ -11,6 +11,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from kernel_helpers import compiled_or_skip, read_anew
 from torch.nn import functional as F
 
 from skbert import BertSentenceTransformer
@@ -21,20 +22,13 @@ from skbert._inference.cpu.tiled_layers import _PLANS
 @pytest.fixture
 def kernel():
     """The compiled library (skipped where this machine cannot compile it)."""
-    native.attention_kernel.cache_clear()
-    library = native.attention_kernel()
-    if library is None:
-        pytest.skip("no C compiler here: attention runs PyTorch's kernel")
-    return library
+    return compiled_or_skip(native.attention_kernel, "attention runs PyTorch's kernel")
 
 
 @pytest.fixture
 def fresh_choice(monkeypatch):
-    """attention_kernel() reads SKBERT_ATTENTION_KERNEL anew, and forgets it after the test;
-    the tiled plans are made anew too."""
-    native.attention_kernel.cache_clear()
-    yield monkeypatch
-    native.attention_kernel.cache_clear()
+    """attention_kernel() reads SKBERT_ATTENTION_KERNEL anew, and forgets it after the test."""
+    yield from read_anew(native.attention_kernel, monkeypatch)
 
 
 def _work(bias=None, rotate=None):

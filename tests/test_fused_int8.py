@@ -12,6 +12,7 @@ import logging
 import numpy as np
 import pytest
 import torch
+from kernel_helpers import compiled_or_skip, read_anew
 
 from skbert import BertSentenceTransformer
 from skbert._inference import int8 as int8_module
@@ -27,19 +28,13 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture
 def kernels():
     """The compiled library (skipped where this machine cannot compile it)."""
-    native.int8_kernels.cache_clear()
-    library = native.int8_kernels()
-    if library is None:
-        pytest.skip("no C compiler here: the int8 products run as torch operations")
-    return library
+    return compiled_or_skip(native.int8_kernels, "the int8 products run as torch operations")
 
 
 @pytest.fixture
 def fresh_choice(monkeypatch):
     """int8_kernels() reads SKBERT_INT8_KERNELS anew, and forgets it after the test."""
-    native.int8_kernels.cache_clear()
-    yield monkeypatch
-    native.int8_kernels.cache_clear()
+    yield from read_anew(native.int8_kernels, monkeypatch)
 
 
 def _case(rows, columns, outputs, seed, gelu_inputs=False):
@@ -99,15 +94,24 @@ def test_a_row_of_zeros_gives_the_bias_exactly(kernels):
         np.testing.assert_array_equal(got, bias.expand(16, 80))
 
 
+def _pair(rows, hidden, inner, seed, tail):
+    """A feed-forward pair's case: the input, both weights (float32 and packed as the tiled
+    layers pack them), the first bias, the second bias and a residual."""
+    x, first, first_bias, _ = _case(rows, hidden, inner, seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    second = torch.randn(hidden, inner, generator=generator) * 0.1
+    second_bias = torch.randn(hidden, generator=generator)
+    residual = torch.randn(rows, hidden, generator=generator)
+    first_packed = Int8.pack(first, rows, input_peaks=x.abs().amax(0))
+    second_packed = Int8.pack(second, rows, asymmetric=True, float_tail=tail)
+    return x, first, first_packed, first_bias, second, second_packed, second_bias, residual
+
+
 @pytest.mark.parametrize("tail", [0, 3])
 def test_the_fused_feed_forward_pair_equals_its_two_products(kernels, tail):
     rows, hidden, inner = 48, 64, 160
-    x, first, first_bias, _ = _case(rows, hidden, inner, 7 + tail)
-    residual = torch.randn(rows, hidden)
-    second = torch.randn(hidden, inner) * 0.1
-    second_bias = torch.randn(hidden)
-    first_packed = Int8.pack(first, rows, input_peaks=x.abs().amax(0))
-    second_packed = Int8.pack(second, rows, asymmetric=True, float_tail=tail)
+    case = _pair(rows, hidden, inner, 7 + tail, tail)
+    x, first, first_packed, first_bias, second, second_packed, second_bias, residual = case
     middle = torch.empty(rows, inner)
     two_steps = FusedInt8.linear_add(
         FusedInt8.linear_gelu(x, first_packed, first_bias, middle),
@@ -165,11 +169,9 @@ def test_a_product_with_its_layer_norm_is_the_norm_of_the_product_and_each_row_i
 @pytest.mark.parametrize("tail", [0, 3])
 def test_the_feed_forward_pair_with_its_layer_norm_is_the_norm_of_the_pair(kernels, tail):
     rows, hidden, inner = 48, 64, 160
-    x, first, first_bias, _ = _case(rows, hidden, inner, 17 + tail)
-    residual = torch.randn(rows, hidden)
-    second = torch.randn(hidden, inner) * 0.1
-    first_packed = Int8.pack(first, rows, input_peaks=x.abs().amax(0))
-    second_packed = Int8.pack(second, rows, asymmetric=True, float_tail=tail)
+    x, _, first_packed, first_bias, _, second_packed, _, residual = _pair(
+        rows, hidden, inner, 17 + tail, tail
+    )
     norm = _layer_norm(hidden, 3)
     args = (x, first_packed, first_bias, second_packed, None, residual, torch.empty(rows, inner))
     pair = FusedInt8.feed_forward(*args, torch.empty(rows, hidden))

@@ -6,12 +6,14 @@ a BERT layer but attention works on each token alone: the query/key/value, outpu
 feed-forward products, the residual sums and the layer norms. Here those parts run on the
 tokens of all rows of all blocks laid end to end, cut into tiles of a fixed number of tokens
 (the last tile filled up with zeros), so they compute no repeats and every product has the
-same shape whatever the rows are; only attention runs per block, in the block's fixed shape
-(there the repeats cost little). As every operation sees a shape that does not depend on
-which other texts come along, a row's states are the same bit for bit in every call (the
-contract stated in :mod:`skbert._inference.predict`). On a
-2-core CPU this runs all-MiniLM-L6-v2 about 18% faster per core than PyTorch's fused
-inference kernel for transformer layers on the same blocks.
+same shape whatever the rows are; only attention runs per block
+(:mod:`skbert._inference.cpu.attention`: a compiled kernel that attends each real row alone,
+or PyTorch's kernel in the block's fixed shape, where the repeats cost little). As every
+operation sees a shape that does not depend on which other texts come along, a row's states
+are the same bit for bit in every call (the contract stated in
+:mod:`skbert._inference.predict`). On a 2-core CPU this ran all-MiniLM-L6-v2 about 18% faster
+per core than PyTorch's fused inference kernel for transformer layers on the same blocks
+(measured before the compiled attention).
 
 The path is only taken for a backbone whose structure it knows (an encoder with exact GELU of a
 family in :mod:`skbert._inference.cpu.families`: the post-norm BERT, RoBERTa, MiniLM,
