@@ -12,6 +12,8 @@ AVX-512), one thread, against PyTorch's kernel with the copy of its output into 
 order, both through :func:`attend_block`: 12 heads of 32 (all-MiniLM-L6-v2), 32 rows of 16
 tokens 0.30 ms vs 0.89 ms (2.95x), 16 rows of 32 tokens 2.19x, 8 rows of 64 tokens 1.80x, one
 row of 512 tokens 1.15x; 12 heads of 64 (BERT-base's width), 2.13x, 1.35x, 1.37x and 1.07x.
+The whole ``transform`` of the 2,758 STS-B test sentences (2 cores) ran 1.08x as fast in
+float32, 1.06x in bfloat16 and 1.15x in int8 as with PyTorch's kernel.
 
 Each row's output depends on its own projections alone, through the same instructions for a
 given length and head size, so a text gets the same bits in every call (the contract of

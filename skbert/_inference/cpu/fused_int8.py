@@ -6,22 +6,26 @@ the fall-back.
 The arithmetic is :class:`~skbert._inference.cpu.quantised.Int8`'s: the same packed weights
 (per output channel, smoothed, asymmetric and float channels where it packs them), each input
 row quantised from that row alone, ``torch._int_mm`` for the product. What changes is the
-passes over memory: quantising a row (smoothing, its peak or range, rounding) is one pass,
-scaling the int32 sums back with the bias and the residual sum or GELU is one pass, and in a
-plain feed-forward pair (:meth:`FusedInt8.feed_forward`) GELU's outputs are quantised for the
-second product without being written out in float32. GELU's ``erf`` is a rational
-approximation within 2e-7 (torch's own ``erf`` is several times slower), far below the int8
-steps of the product that reads it. So the vectors differ from the torch operations' in the
-last bits, and each text's vector is still the same in every call.
+passes over memory: quantising a row (smoothing, its peak or range, rounding) is one pass;
+scaling the int32 sums back with the bias, the float channels' product, GELU or the residual
+sum and, in a post-norm layer, the layer norm (:meth:`FusedInt8.linear_add_norm`, the ``norm``
+of :meth:`FusedInt8.feed_forward`) is one pass; and in a plain feed-forward pair GELU's
+outputs are quantised for the second product without being written out in float32. GELU's
+``erf`` is a rational approximation within 2e-7 (torch's own ``erf`` is several times slower),
+far below the int8 steps of the product that reads it; the layer norm sums a row in one fixed
+order. So the vectors differ from the torch operations' in the last bits, and each text's
+vector is still the same in every call.
 
 Measured on a 2-core AMD EPYC (Zen 4, AVX512-VNNI and AVX512-BF16), one thread, 256-token tiles
 of all-MiniLM-L6-v2: scaling back a 384 -> 1,536 product with GELU takes 0.18 ms in C, against
 0.07 + 0.03 + 0.24 ms for torch's three operations. The int8 ``transform`` of the 2,758 STS-B
-test sentences (2 cores) ran at 0.98x-1.05x the speed of bf16 as torch operations and
-1.24x-1.40x with these steps (five runs; ``benchmarks/bench_int8.py`` and the benchmarks'
-README). What is left is mostly not int8's: in a profile of the fused path ``torch._int_mm``
-takes 41% of the time, attention (float32, as in bf16) 21%, the layer norms 8%, these steps
-about 18%. With the steps left out altogether (wrong vectors, a bound) int8 ran 1.65x bf16.
+test sentences (2 cores, ``benchmarks/bench_int8.py``) ran at 0.98x-1.05x the speed of bf16
+with these steps as torch operations, 1.24x-1.40x with the quantising and scaling back in C,
+and 1.50x-1.57x (two runs) once the layer norms and float channels joined that pass, the
+scratch arrays stopped being reallocated on every tile and attention ran compiled
+(:mod:`skbert._inference.cpu.attention`, in every precision). Per tile and layer in a running
+``transform``: the four int8 products about 2.3 ms, attention 0.4 ms, these steps about 0.45
+ms.
 """
 
 from __future__ import annotations
