@@ -11,24 +11,16 @@ import types
 import numpy as np
 import pytest
 import torch
-from kernel_helpers import compiled_or_skip, read_anew
+from kernel_helpers import kernel_fixtures
 from torch.nn import functional as F
 
 from skbert import BertSentenceTransformer
 from skbert._inference.cpu import attention, native
 from skbert._inference.cpu.tiled_layers import _PLANS
 
-
-@pytest.fixture
-def kernel():
-    """The compiled library (skipped where this machine cannot compile it)."""
-    return compiled_or_skip(native.attention_kernel, "attention runs PyTorch's kernel")
-
-
-@pytest.fixture
-def fresh_choice(monkeypatch):
-    """attention_kernel() reads SKBERT_ATTENTION_KERNEL anew, and forgets it after the test."""
-    yield from read_anew(native.attention_kernel, monkeypatch)
+#: the compiled library (the test skipped without a compiler), and a fixture after which the
+#: library's environment variable is read anew
+kernel, fresh_choice = kernel_fixtures(native.attention_kernel, "attention runs PyTorch's kernel")
 
 
 def _work(bias=None, rotate=None):
@@ -131,13 +123,6 @@ def test_skbert_attention_kernel_torch_runs_pytorchs_kernel(fresh_choice):
     fresh_choice.setenv(native.ATTENTION.variable, "torch")
     assert native.attention_kernel() is None
     assert attention.attention_kind() == "torch"
-
-
-def test_a_bad_skbert_attention_kernel_names_the_value_and_the_choices(fresh_choice):
-    fresh_choice.setenv(native.ATTENTION.variable, "fast")
-    choices = r"SKBERT_ATTENTION_KERNEL='fast'.*'auto', 'native' or 'torch'"
-    with pytest.raises(ValueError, match=choices):
-        native.attention_kernel()
 
 
 def test_without_a_compiler_attention_falls_back_or_fails_if_asked(fresh_choice, tmp_path):

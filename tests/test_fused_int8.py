@@ -12,7 +12,7 @@ import logging
 import numpy as np
 import pytest
 import torch
-from kernel_helpers import compiled_or_skip, read_anew
+from kernel_helpers import kernel_fixtures
 
 from skbert import BertSentenceTransformer
 from skbert._inference import int8 as int8_module
@@ -25,16 +25,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def kernels():
-    """The compiled library (skipped where this machine cannot compile it)."""
-    return compiled_or_skip(native.int8_kernels, "the int8 products run as torch operations")
-
-
-@pytest.fixture
-def fresh_choice(monkeypatch):
-    """int8_kernels() reads SKBERT_INT8_KERNELS anew, and forgets it after the test."""
-    yield from read_anew(native.int8_kernels, monkeypatch)
+#: the compiled library (the test skipped without a compiler), and a fixture after which the
+#: library's environment variable is read anew
+kernels, fresh_choice = kernel_fixtures(
+    native.int8_kernels, "the int8 products run as torch operations"
+)
 
 
 def _case(rows, columns, outputs, seed, gelu_inputs=False):
@@ -229,11 +224,13 @@ def test_skbert_int8_kernels_torch_uses_the_torch_operations(fresh_choice):
     assert int8_module.int8_kind() == "int8"
 
 
-def test_a_bad_skbert_int8_kernels_names_the_value_and_the_choices(fresh_choice):
-    fresh_choice.setenv(native.INT8.variable, "fast")
-    choices = r"SKBERT_INT8_KERNELS='fast'.*'auto', 'native' or 'torch'"
+@pytest.mark.parametrize("kernel", ["INT8", "ATTENTION"])
+def test_a_bad_choice_of_kernel_names_the_variable_the_value_and_the_choices(monkeypatch, kernel):
+    spec = getattr(native, kernel)  # SKBERT_INT8_KERNELS, SKBERT_ATTENTION_KERNEL
+    monkeypatch.setenv(spec.variable, "fast")
+    choices = rf"{spec.variable}='fast'.*'auto', 'native' or 'torch'"
     with pytest.raises(ValueError, match=choices):
-        native.int8_kernels()
+        native.library(spec)
 
 
 def test_without_a_compiler_int8_falls_back_to_torch_operations_or_fails_if_asked(
