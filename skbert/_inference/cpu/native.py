@@ -1,11 +1,11 @@
 """The C kernels shipped beside this module, compiled for this machine on first use.
 
 Two sources: ``int8_kernels.c``, the steps around the int8 products
-(:mod:`skbert._inference.cpu.fused_int8`: quantising rows, scaling the sums back with the bias
-and GELU or the residual), which as torch operations took most of the int8 products' time; and
-``attention_kernel.c``, attention of the tiled layers' short blocks
-(:mod:`skbert._inference.cpu.attention`). Each is compiled the first time it is needed, with
-the machine's C compiler (``$CC``, else ``cc`` or ``gcc``), ``-O3 -march=native``, in well
+(:mod:`skbert._inference.cpu.fused_int8`: quantising rows, scaling the sums back with the bias,
+the float channels, GELU or the residual and a layer norm), which as torch operations took most
+of the int8 products' time; and ``attention_kernel.c``, attention of the tiled layers' short
+blocks (:mod:`skbert._inference.cpu.attention`). Each is compiled the first time it is needed,
+with the machine's C compiler (``$CC``, else ``cc`` or ``gcc``), ``-O3 -march=native``, in well
 under a second, and loaded with :mod:`ctypes` (whose calls release the GIL, so the prediction
 threads run them in parallel). The libraries are kept in a cache folder
 (``$SKBERT_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/skbert/kernels``, else
@@ -35,7 +35,15 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["ATTENTION", "INT8", "Kernel", "attention_kernel", "int8_kernels", "source_digest"]
+__all__ = [
+    "ATTENTION",
+    "INT8",
+    "Kernel",
+    "attention_kernel",
+    "int8_kernels",
+    "library",
+    "source_digest",
+]
 
 
 class Kernel(NamedTuple):
@@ -55,7 +63,11 @@ class Kernel(NamedTuple):
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _SHARED = ("-O3", "-march=native", "-fPIC", "-shared")
-_SCALE_BACK = [_P, _I, _I, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P, _I, ctypes.c_int]
+#: ``scale_back``'s 21 arguments (int8_kernels.c)
+_SCALE_BACK = [
+    _P, _I, _I, _P, _P, _P, _P, _P, _P, _I, _I, _P, _P, _I, ctypes.c_int, _P, _I, _P, _P,
+    ctypes.c_float, _P,
+]  # fmt: skip
 #: ``-ffp-contract=off``: no multiply-add is fused but the source's explicit ``fmaf``, so a
 #: vectorised loop and its scalar remainder compute an element alike. The finite-math flags
 #: let the compiler vectorise the rows' min / max (exact in any order).
@@ -65,7 +77,7 @@ INT8 = Kernel(
     {
         "quantise_symmetric": ([_P, _I, _I, _I, _P, _P, _P], None),
         "quantise_asymmetric": ([_P, _I, _I, _I, _P, _P, _P], None),
-        "scale_back": ([*_SCALE_BACK, _P, _I, _P, _P, ctypes.c_float, _P], None),
+        "scale_back": (_SCALE_BACK, None),
         "gelu_quantise": ([_P, _I, _I, _P, _P, _P, _I, _P, _P, _P, _P, _P], None),
     },
     "SKBERT_INT8_KERNELS",
