@@ -75,7 +75,7 @@ objective : {"auto", "cosine", "pair-softmax", "softmax", "contrastive"}, defaul
     (``contrastive_loss``); fit a classifier on them next in a ``Pipeline``.
 learning_rate : float or "auto", default="auto"
     AdamW learning rate of the encoder's top layer. ``"auto"``: 2e-5 (SBERT's), except for
-    ``objective="contrastive"`` with an in-batch loss (``"batch-cosine"``, ``"supcon"``),
+    ``objective="contrastive"`` with an in-batch loss (all but ``"cosine"``),
     whose epochs take fewer, larger steps: 1e-4 for an epoch of up to 24 batches, lowered
     in proportion beyond (``1e-4 * 24 / batches``), never below 2e-5. With the defaults
     that is 1e-4 for up to 25 texts, 8e-5 for 32, 4e-5 for 64 and 2e-5 from 128.
@@ -254,7 +254,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         "normalize": ["boolean", StrOptions({"auto"})],
         "fine_tune": [fine_tune_constraint(FINE_TUNE_MODES)],
         "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax", "contrastive"})],
-        "contrastive_loss": [StrOptions({"cosine", "batch-cosine", "supcon"})],
+        "contrastive_loss": [StrOptions({"cosine", "batch-cosine", "supcon", "cosent"})],
         "pairs_per_text": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "learning_rate": [Interval(Real, 0, 1, closed="right"), StrOptions({"auto"})],
         "temperature": [Interval(Real, 0, None, closed="neither")],
@@ -277,7 +277,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         normalize="auto",
         fine_tune="none",
         objective="auto",
-        contrastive_loss="batch-cosine",
+        contrastive_loss="cosent",
         pairs_per_text="auto",
         temperature=0.1,
         wise_alpha=1.0,
@@ -345,11 +345,12 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         Pairs with class labels (ints or strings) train a softmax on ``(u, v, |u - v|)``
         (SBERT's NLI objective). Single texts with class labels train a softmax on u.
         ``objective="contrastive"`` (asked for, never inferred) trains single texts with class
-        labels, or a multi-label 0/1 indicator, SetFit-style: texts of a shared label to a
-        cosine of 1, of none to 0, over every pair of batches of texts balanced by label
-        (``contrastive_loss="batch-cosine"``), on drawn pairs as SetFit does (``"cosine"``),
-        or with a supervised contrastive loss (``"supcon"``). The output layer is not part of
-        the output: ``transform`` gives the trained sentence vectors.
+        labels, or a multi-label 0/1 indicator, SetFit-style: texts of a shared label close,
+        of none apart, by ranking every positive pair of batches of texts balanced by label
+        above every negative pair (``contrastive_loss="cosent"``), by training the cosine of
+        every such pair to 1 or 0 (``"batch-cosine"``), on drawn pairs as SetFit does
+        (``"cosine"``), or with a supervised contrastive loss (``"supcon"``). The output
+        layer is not part of the output: ``transform`` gives the trained sentence vectors.
 
         Parameters
         ----------

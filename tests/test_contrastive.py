@@ -20,6 +20,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 import skbert
 from skbert import BertSentenceTransformer
 from skbert._nn.contrastive_losses import (
+    batch_cosent_loss,
     batch_cosine_loss,
     cosine_pair_loss,
     supervised_contrastive_loss,
@@ -206,6 +207,31 @@ def test_batch_cosine_loss_weighs_positive_and_negative_pairs_alike():
     assert loss.item() == 0.0 and single.grad is not None
 
 
+def test_cosent_loss_is_its_definition_over_every_pair_of_the_batch():
+    # log(1 + sum over (positive p, negative q) of exp(scale * (cos_q - cos_p))), written out
+    z = torch.tensor([[1.0, 0.0, 0.2], [0.8, 0.3, 0.0], [0.1, 1.0, 0.0], [0.0, 0.7, 0.5]])
+    labels = torch.tensor([0, 0, 1, 2])
+    positives = labels[:, None] == labels[None, :]
+    unit = torch.nn.functional.normalize(z, dim=-1)
+    pos, neg = [], []
+    for i in range(4):
+        for j in range(i + 1, 4):
+            (pos if labels[i] == labels[j] else neg).append(unit[i] @ unit[j])
+    expected = torch.log(1 + sum(torch.exp(20.0 * (q - p)) for p in pos for q in neg))
+    torch.testing.assert_close(batch_cosent_loss(z, positives, scale=20.0), expected)
+    # ranked right by a wide margin: near 0; ranked wrong: large
+    apart = torch.tensor([[1.0, 0.0], [1.0, 0.01], [0.0, 1.0], [0.01, 1.0]])
+    two = torch.tensor([0, 0, 1, 1])
+    assert batch_cosent_loss(apart, two[:, None] == two[None, :], 20.0).item() < 1e-6
+    wrong = torch.tensor([0, 1, 0, 1])
+    assert batch_cosent_loss(apart, wrong[:, None] == wrong[None, :], 20.0).item() > 10
+    # no negative pair (or no positive): nothing to rank, zero with a gradient
+    single = torch.ones(3, 2, requires_grad=True)
+    loss = batch_cosent_loss(single, torch.ones(3, 3, dtype=torch.bool), 20.0)
+    loss.backward()
+    assert loss.item() == 0.0 and single.grad is not None
+
+
 def same_minus_different(vectors, labels) -> float:
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     cos = unit @ unit.T
@@ -215,7 +241,9 @@ def same_minus_different(vectors, labels) -> float:
 
 
 # an in-batch step sees every pair of its texts: it takes fewer texts, so more passes
-@pytest.mark.parametrize(("loss", "passes"), [("cosine", 4), ("batch-cosine", 12), ("supcon", 12)])
+@pytest.mark.parametrize(
+    ("loss", "passes"), [("cosine", 4), ("batch-cosine", 12), ("supcon", 12), ("cosent", 12)]
+)
 def test_every_loss_pulls_same_labels_together(tiny_bert, loss, passes):
     before = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS).transform(TEXTS)
     est = make(tiny_bert, contrastive_loss=loss, pairs_per_text=passes, max_epochs=3)
@@ -246,6 +274,8 @@ def test_multilabel_y_and_chunks(tiny_bert):
         max_epochs=1,
     ).fit(texts, LABELS)
     assert attention.transform(texts).shape == (10, 16)
+    ranked = make(tiny_bert, contrastive_loss="cosent", max_epochs=1).fit(TEXTS, indicator)
+    assert np.isfinite(ranked.loss_curve_).all() and ranked.transform(TEXTS).shape == (10, 16)
 
 
 def test_same_seed_same_model_and_warm_start_continues(tiny_bert):
@@ -310,7 +340,11 @@ def test_grid_search_over_both_stages_and_round_trips(tiny_bert, tmp_path):
 # (loss, the loss function the fit calls, steps per epoch: 2 * 4 * 10 pairs / 8, 4 * 10 / 8)
 @pytest.mark.parametrize(
     ("loss", "function", "per_epoch"),
-    [("cosine", "cosine_pair_loss", 10), ("batch-cosine", "batch_cosine_loss", 5)],
+    [
+        ("cosine", "cosine_pair_loss", 10),
+        ("batch-cosine", "batch_cosine_loss", 5),
+        ("cosent", "batch_cosent_loss", 5),
+    ],
 )
 def test_an_interrupted_fit_resumes_on_the_same_batches(
     tiny_bert, tmp_path, monkeypatch, loss, function, per_epoch
@@ -374,13 +408,13 @@ def test_auto_learning_rate_and_pairs_per_text_follow_the_loss(tiny_bert, monkey
         device="cpu",
     )
     assert est.get_params()["learning_rate"] == "auto" == est.pairs_per_text
-    assert est.contrastive_loss == "batch-cosine"
+    assert est.contrastive_loss == "cosent"
     est.fit(TEXTS, LABELS)
     est.set_params(contrastive_loss="cosine").fit(TEXTS, LABELS)
     est.set_params(learning_rate=3e-5, pairs_per_text=2).fit(TEXTS, LABELS)
     est.set_params(objective="softmax", learning_rate="auto").fit(TEXTS, LABELS)
     n = len(TEXTS)
-    in_batch = int(np.ceil(contrastive.AUTO_PAIRS_PER_TEXT["batch-cosine"] * n / 4))
+    in_batch = int(np.ceil(contrastive.AUTO_PAIRS_PER_TEXT["cosent"] * n / 4))
     assert in_batch > contrastive.AUTO_FULL_RATE_STEPS  # so the rate is lowered
     assert seen == [
         (pytest.approx(1e-4 * contrastive.AUTO_FULL_RATE_STEPS / in_batch), in_batch),
@@ -398,7 +432,7 @@ def test_auto_learning_rate_and_pairs_per_text_follow_the_loss(tiny_bert, monkey
 def test_auto_rate_of_in_batch_losses_falls_with_the_steps_of_an_epoch(steps, expected):
     from skbert._estimator.contrastive import auto_learning_rate, in_batch_steps
 
-    for loss in ("batch-cosine", "supcon"):
+    for loss in ("batch-cosine", "supcon", "cosent"):
         assert auto_learning_rate("contrastive", loss, steps) == pytest.approx(expected)
     # the pair loss and the other objectives keep SBERT's rate, whatever the steps
     assert auto_learning_rate("contrastive", "cosine", steps) == 2e-5
@@ -476,15 +510,17 @@ def test_a_finished_checkpointed_fit_reruns_with_another_wise_alpha(
 ):
     import skbert._estimator.contrastive as contrastive
 
-    make(tiny_bert, wise_alpha=1.0, checkpoint_dir=tmp_path / "state").fit(TEXTS, LABELS)
     calls = []
-    real = contrastive.batch_cosine_loss
+    real = contrastive.batch_cosent_loss  # the default loss's
 
     def counted(*args):
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(contrastive, "batch_cosine_loss", counted)
+    monkeypatch.setattr(contrastive, "batch_cosent_loss", counted)
+    make(tiny_bert, wise_alpha=1.0, checkpoint_dir=tmp_path / "state").fit(TEXTS, LABELS)
+    assert calls  # the first fit trained
+    calls.clear()
     again = make(tiny_bert, wise_alpha=0.5, checkpoint_dir=tmp_path / "state")
     again.fit(TEXTS, LABELS)
     assert calls == []  # the finished training was read back, not run again

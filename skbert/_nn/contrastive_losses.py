@@ -6,6 +6,8 @@
 * :func:`batch_cosine_loss`: the same squared error over every pair of texts of a batch,
   positive and negative pairs weighted equally (a batch of ``b`` texts trains ``b(b-1)/2``
   pairs for the cost of encoding ``b`` texts).
+* :func:`batch_cosent_loss`: CoSENT (Su 2022) over every pair of a batch: each positive pair's
+  cosine ranked above each negative pair's, with no target value for either.
 * :func:`supervised_contrastive_loss`: Khosla et al. (2020)'s supervised contrastive loss over
   a batch of texts, in which every text of a shared label is a positive of each other and
   every other text a negative.
@@ -20,6 +22,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "CONTRASTIVE_LOSSES",
+    "batch_cosent_loss",
     "batch_cosine_loss",
     "cosine_pair_loss",
     "supervised_contrastive_loss",
@@ -29,6 +32,7 @@ __all__ = [
 CONTRASTIVE_LOSSES = {
     "cosine": "pairs: mean squared error of cos(u, v) against 1 (same label) or 0",
     "batch-cosine": "batches of texts: the same squared error over every pair, balanced",
+    "cosent": "batches of texts: CoSENT ranking of every positive pair above every negative",
     "supcon": "batches of texts: supervised contrastive loss (Khosla et al. 2020)",
 }
 
@@ -81,6 +85,38 @@ def batch_cosine_loss(z: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
     if not bool(same.all()):
         parts.append((cos[~same] ** 2).mean())
     return sum(parts) / len(parts)
+
+
+def batch_cosent_loss(z: torch.Tensor, positives: torch.Tensor, scale: float) -> torch.Tensor:
+    """CoSENT (Su 2022) over every pair of a batch: positive pairs ranked above negative ones.
+
+    ``log(1 + sum over positive pairs p and negative pairs q of exp(scale * (cos_q -
+    cos_p)))``, each unordered pair of texts counted once; computed as
+    ``softplus(logsumexp(scale * cos_q) + logsumexp(-scale * cos_p))``, linear in the pairs.
+    Unlike :func:`batch_cosine_loss` it sets no target cosine: a batch whose every positive
+    pair is well above every negative one adds little, so the encoder moves less.
+
+    Parameters
+    ----------
+    z : torch.Tensor of shape (n_texts, dim)
+        The texts' vectors (normalised here).
+    positives : torch.Tensor of shape (n_texts, n_texts), bool
+        True where two texts share a label; the diagonal is ignored.
+    scale : float
+        Multiplies the cosine differences (CoSENT: 20).
+
+    Returns
+    -------
+    torch.Tensor
+        The scalar loss; 0 (with a gradient) when the batch lacks a positive or a negative pair.
+    """
+    z = F.normalize(z, dim=-1)
+    rows, cols = torch.triu_indices(len(z), len(z), offset=1, device=z.device)
+    cos = (z[rows] * z[cols]).sum(-1) * scale
+    same = positives[rows, cols]
+    if not bool(same.any()) or bool(same.all()):
+        return (z * 0.0).sum()
+    return F.softplus(torch.logsumexp(cos[~same], 0) + torch.logsumexp(-cos[same], 0))
 
 
 def supervised_contrastive_loss(
