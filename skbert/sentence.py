@@ -277,7 +277,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         normalize="auto",
         fine_tune="none",
         objective="auto",
-        contrastive_loss="cosent",
+        contrastive_loss="batch-cosine",
         pairs_per_text="auto",
         temperature=0.1,
         wise_alpha=1.0,
@@ -345,11 +345,11 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         Pairs with class labels (ints or strings) train a softmax on ``(u, v, |u - v|)``
         (SBERT's NLI objective). Single texts with class labels train a softmax on u.
         ``objective="contrastive"`` (asked for, never inferred) trains single texts with class
-        labels, or a multi-label 0/1 indicator, SetFit-style: texts of a shared label close,
-        of none apart, by ranking every positive pair of batches of texts balanced by label
-        above every negative pair (``contrastive_loss="cosent"``), by training the cosine of
-        every such pair to 1 or 0 (``"batch-cosine"``), on drawn pairs as SetFit does
-        (``"cosine"``), or with a supervised contrastive loss (``"supcon"``). The output
+        labels, or a multi-label 0/1 indicator, SetFit-style: texts of a shared label to a
+        cosine of 1, of none to 0, over every pair of batches of texts balanced by label
+        (``contrastive_loss="batch-cosine"``), on drawn pairs as SetFit does (``"cosine"``),
+        with a supervised contrastive loss (``"supcon"``), or by ranking every positive pair
+        of a batch above every negative one (``"cosent"``). The output
         layer is not part of the output: ``transform`` gives the trained sentence vectors.
 
         Parameters

@@ -408,13 +408,13 @@ def test_auto_learning_rate_and_pairs_per_text_follow_the_loss(tiny_bert, monkey
         device="cpu",
     )
     assert est.get_params()["learning_rate"] == "auto" == est.pairs_per_text
-    assert est.contrastive_loss == "cosent"
+    assert est.contrastive_loss == "batch-cosine"
     est.fit(TEXTS, LABELS)
     est.set_params(contrastive_loss="cosine").fit(TEXTS, LABELS)
     est.set_params(learning_rate=3e-5, pairs_per_text=2).fit(TEXTS, LABELS)
     est.set_params(objective="softmax", learning_rate="auto").fit(TEXTS, LABELS)
     n = len(TEXTS)
-    in_batch = int(np.ceil(contrastive.AUTO_PAIRS_PER_TEXT["cosent"] * n / 4))
+    in_batch = int(np.ceil(contrastive.AUTO_PAIRS_PER_TEXT["batch-cosine"] * n / 4))
     assert in_batch > contrastive.AUTO_FULL_RATE_STEPS  # so the rate is lowered
     assert seen == [
         (pytest.approx(1e-4 * contrastive.AUTO_FULL_RATE_STEPS / in_batch), in_batch),
@@ -511,13 +511,13 @@ def test_a_finished_checkpointed_fit_reruns_with_another_wise_alpha(
     import skbert._estimator.contrastive as contrastive
 
     calls = []
-    real = contrastive.batch_cosent_loss  # the default loss's
+    real = contrastive.batch_cosine_loss  # the default loss's
 
     def counted(*args):
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(contrastive, "batch_cosent_loss", counted)
+    monkeypatch.setattr(contrastive, "batch_cosine_loss", counted)
     make(tiny_bert, wise_alpha=1.0, checkpoint_dir=tmp_path / "state").fit(TEXTS, LABELS)
     assert calls  # the first fit trained
     calls.clear()
