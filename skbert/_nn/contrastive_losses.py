@@ -55,6 +55,13 @@ def cosine_pair_loss(u: torch.Tensor, v: torch.Tensor, target: torch.Tensor) -> 
     return F.mse_loss(F.cosine_similarity(u, v, dim=-1), target)
 
 
+def _every_pair(z: torch.Tensor, positives: torch.Tensor) -> tuple:
+    """``(unit z, cos, same)`` of every unordered pair of a batch's texts, each counted once."""
+    z = F.normalize(z, dim=-1)
+    rows, cols = torch.triu_indices(len(z), len(z), offset=1, device=z.device)
+    return z, (z[rows] * z[cols]).sum(-1), positives[rows, cols]
+
+
 def batch_cosine_loss(z: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
     """The cosine pair loss over every pair of a batch, positives and negatives weighed alike.
 
@@ -75,12 +82,9 @@ def batch_cosine_loss(z: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
     torch.Tensor
         The scalar loss; 0 (with a gradient) for a batch of fewer than 2 texts.
     """
-    z = F.normalize(z, dim=-1)
-    rows, cols = torch.triu_indices(len(z), len(z), offset=1, device=z.device)
-    if not len(rows):
+    z, cos, same = _every_pair(z, positives)
+    if not len(cos):
         return (z * 0.0).sum()
-    cos = (z[rows] * z[cols]).sum(-1)
-    same = positives[rows, cols]
     parts = [((cos[same] - 1.0) ** 2).mean()] if bool(same.any()) else []
     if not bool(same.all()):
         parts.append((cos[~same] ** 2).mean())
@@ -98,10 +102,8 @@ def batch_cosent_loss(z: torch.Tensor, positives: torch.Tensor, scale: float) ->
 
     Parameters
     ----------
-    z : torch.Tensor of shape (n_texts, dim)
-        The texts' vectors (normalised here).
-    positives : torch.Tensor of shape (n_texts, n_texts), bool
-        True where two texts share a label; the diagonal is ignored.
+    z, positives : torch.Tensor
+        As in :func:`batch_cosine_loss`.
     scale : float
         Multiplies the cosine differences (CoSENT: 20).
 
@@ -110,12 +112,10 @@ def batch_cosent_loss(z: torch.Tensor, positives: torch.Tensor, scale: float) ->
     torch.Tensor
         The scalar loss; 0 (with a gradient) when the batch lacks a positive or a negative pair.
     """
-    z = F.normalize(z, dim=-1)
-    rows, cols = torch.triu_indices(len(z), len(z), offset=1, device=z.device)
-    cos = (z[rows] * z[cols]).sum(-1) * scale
-    same = positives[rows, cols]
+    z, cos, same = _every_pair(z, positives)
     if not bool(same.any()) or bool(same.all()):
         return (z * 0.0).sum()
+    cos = cos * scale
     return F.softplus(torch.logsumexp(cos[~same], 0) + torch.logsumexp(-cos[same], 0))
 
 
