@@ -98,7 +98,7 @@ def batch_cosent_loss(z: torch.Tensor, positives: torch.Tensor, scale: float) ->
     cos_p)))``, each unordered pair of texts counted once; computed as
     ``softplus(logsumexp(scale * cos_q) + logsumexp(-scale * cos_p))``, linear in the pairs.
     Unlike :func:`batch_cosine_loss` it sets no target cosine: a batch whose every positive
-    pair is well above every negative one adds little, so the encoder moves less.
+    pair is well above every negative one adds little to the gradient.
 
     Parameters
     ----------
