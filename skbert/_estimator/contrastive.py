@@ -17,6 +17,7 @@ from .._nn.contrastive_losses import (
     batch_cosent_loss,
     batch_cosine_loss,
     cosine_pair_loss,
+    gather_rows,
     supervised_contrastive_loss,
 )
 from .._training.pair_sampling import BalancedTextSampler, PairSampler
@@ -163,7 +164,7 @@ def contrastive_training(estimator, encoded, labels, device):
         sides = torch.as_tensor(sides.reshape(-1, 2), device=device)
         z = vectors(net, texts)
         target = torch.as_tensor(batch[:, 2], dtype=torch.float32, device=device)
-        return cosine_pair_loss(z[sides[:, 0]], z[sides[:, 1]], target)
+        return cosine_pair_loss(gather_rows(z, sides[:, 0]), gather_rows(z, sides[:, 1]), target)
 
     def in_batch_loss(net, batch):
         z = vectors(net, batch)

@@ -25,6 +25,7 @@ __all__ = [
     "batch_cosent_loss",
     "batch_cosine_loss",
     "cosine_pair_loss",
+    "gather_rows",
     "supervised_contrastive_loss",
 ]
 
@@ -55,11 +56,46 @@ def cosine_pair_loss(u: torch.Tensor, v: torch.Tensor, target: torch.Tensor) -> 
     return F.mse_loss(F.cosine_similarity(u, v, dim=-1), target)
 
 
+def gather_rows(z: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``z[index]`` (the vectors of a batch's pairs, a text in several) as a one-hot product.
+
+    The same rows bit for bit, but a backward with a fixed order: that of the index gather adds
+    a text's gradients from its pairs in an order that varies with the threads once a batch
+    is large (from about 100 pairs of 384-d vectors), so that two fits of one seed differed in
+    the last bits.
+
+    Parameters
+    ----------
+    z : torch.Tensor of shape (n_texts, dim)
+    index : torch.Tensor of shape (n,), int64
+
+    Returns
+    -------
+    torch.Tensor of shape (n, dim)
+    """
+    return F.one_hot(index, len(z)).to(z.dtype) @ z
+
+
 def _every_pair(z: torch.Tensor, positives: torch.Tensor) -> tuple:
-    """``(unit z, cos, same)`` of every unordered pair of a batch's texts, each counted once."""
+    """``(unit z, cos, same, different)`` of a batch: ``cos`` the matrix of the texts' cosines,
+    ``same`` and ``different`` the masks of its unordered positive and negative pairs (the upper
+    triangle, each pair counted once).
+
+    The pairs are read through masks of the matrix, not gathered by index: the backward of an
+    index gather adds each text's many pair gradients in an order that varies with the threads,
+    so two fits of one seed would differ in the last bits; the masked sums do not.
+    """
     z = F.normalize(z, dim=-1)
-    rows, cols = torch.triu_indices(len(z), len(z), offset=1, device=z.device)
-    return z, (z[rows] * z[cols]).sum(-1), positives[rows, cols]
+    upper = torch.ones(len(z), len(z), dtype=torch.bool, device=z.device).triu(1)
+    return z, z @ z.T, positives & upper, ~positives & upper
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return values.masked_fill(~mask, 0.0).sum() / mask.sum()
+
+
+def _masked_logsumexp(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp(values.masked_fill(~mask, float("-inf")).flatten(), 0)
 
 
 def batch_cosine_loss(z: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
@@ -80,14 +116,15 @@ def batch_cosine_loss(z: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
     Returns
     -------
     torch.Tensor
-        The scalar loss; 0 (with a gradient) for a batch of fewer than 2 texts.
+        The scalar loss; 0 (with a gradient) for a batch of fewer than 2 texts. Its value
+        and gradient are repeatable bit for bit at a given number of threads.
     """
-    z, cos, same = _every_pair(z, positives)
-    if not len(cos):
+    z, cos, same, different = _every_pair(z, positives)
+    parts = [_masked_mean((cos - 1.0) ** 2, same)] if bool(same.any()) else []
+    if bool(different.any()):
+        parts.append(_masked_mean(cos**2, different))
+    if not parts:
         return (z * 0.0).sum()
-    parts = [((cos[same] - 1.0) ** 2).mean()] if bool(same.any()) else []
-    if not bool(same.all()):
-        parts.append((cos[~same] ** 2).mean())
     return sum(parts) / len(parts)
 
 
@@ -112,11 +149,11 @@ def batch_cosent_loss(z: torch.Tensor, positives: torch.Tensor, scale: float) ->
     torch.Tensor
         The scalar loss; 0 (with a gradient) when the batch lacks a positive or a negative pair.
     """
-    z, cos, same = _every_pair(z, positives)
-    if not bool(same.any()) or bool(same.all()):
+    z, cos, same, different = _every_pair(z, positives)
+    if not bool(same.any()) or not bool(different.any()):
         return (z * 0.0).sum()
     cos = cos * scale
-    return F.softplus(torch.logsumexp(cos[~same], 0) + torch.logsumexp(-cos[same], 0))
+    return F.softplus(_masked_logsumexp(cos, different) + _masked_logsumexp(-cos, same))
 
 
 def supervised_contrastive_loss(
