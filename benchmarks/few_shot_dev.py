@@ -16,6 +16,11 @@ same for every configuration), and scored on held-out texts:
 vectors beside the trained ones (``make_union(BertSentenceTransformer(fine_tune="none"),
 trained)``) for the LogisticRegression: the head weighs how much of each it needs.
 
+``soup2`` and ``soup2-full`` (experiments too) average the weights of two fits of other seeds
+(``seed`` and ``seed + 100003``) into one encoder, a uniform model soup (Wortsman et al.
+2022), before the LogisticRegression: with 15 batches per text each (about one default fit's
+time) or 30 (twice).
+
 ``SetFit`` runs SetFit 1.2 with its defaults (``bench_few_shot.fit_setfit``) on the same draws.
 
 ``--wise-alphas`` scores each skbert fit at several ``wise_alpha`` (WiSE-FT: the trained
@@ -27,7 +32,7 @@ Each fit runs in a process of its own, ``--workers`` of them side by side with o
 each (the seconds are for comparing configurations of one run, not for quoting). The figures
 of every fit are appended to ``--results`` as it ends and reused by later runs; the report
 gives each configuration's mean and its paired difference to ``--baseline`` (``batch-cosine``,
-skbert's default loss, over which the tuning configurations ``p60`` ... ``union`` are measured)
+skbert's default loss, over which the tuning configurations ``p60`` ... ``soup2-full`` are measured)
 and to ``SetFit``
 (mean over the draws both have, with its standard error, and how many draws it wins).
 
@@ -58,6 +63,8 @@ from _common import cpu_model, default_data_home  # noqa: E402
 
 #: a configuration's key (not a parameter) for the pre-trained vectors beside the trained ones
 WITH_PRETRAINED = "with_pretrained"
+#: a configuration's key (not a parameter): that many fits of other seeds, weights averaged
+SOUP = "soup"
 #: the default loss, named: the tuning configurations below were measured over it and keep it
 #: whatever the default (its rows were named "default" when written; renamed "batch-cosine")
 BATCH_COSINE = {"contrastive_loss": "batch-cosine"}
@@ -78,6 +85,8 @@ CONFIGS = {
     "lld0.9": {**BATCH_COSINE, "layer_lr_decay": 0.9},
     "lld-floor": lambda n_texts: {**BATCH_COSINE, "layer_lr_decay": floored_decay(n_texts)},
     "union": {**BATCH_COSINE, WITH_PRETRAINED: True},
+    "soup2": {**BATCH_COSINE, "pairs_per_text": 15, SOUP: 2},
+    "soup2-full": {**BATCH_COSINE, SOUP: 2},
 }
 HELD_OUT_TREC = 800
 
@@ -188,6 +197,12 @@ def one_fit(job: dict) -> list[dict]:
         settings = settings(len(pick))
     settings = dict(settings)
     with_pretrained = settings.pop(WITH_PRETRAINED, False)
+    soup = settings.pop(SOUP, 1)
+    if soup > 1:
+        start = time.perf_counter()
+        accuracy = souped(X[pick], y[pick], job["seed"], soup, settings, scored)
+        seconds = time.perf_counter() - start  # with the held-out predictions
+        return [{**job, "accuracy": accuracy, "seconds": seconds, "cpu": cpu_model()}]
     rows = []
     with tempfile.TemporaryDirectory() as state:
         for alpha in alphas:  # the first trains; the others reread the finished checkpoint
@@ -210,6 +225,38 @@ def one_fit(job: dict) -> list[dict]:
             row = {**job, "wise_alpha": alpha, "accuracy": scored(model), "seconds": seconds}
             rows.append({**row, "cpu": cpu_model()})
     return rows
+
+
+def souped(X, y, seed: int, members: int, settings: dict, scored) -> float:
+    """``members`` encoders fitted with seeds ``seed``, ``seed + 100003``, ..., their weights
+    averaged into the first (a uniform model soup, Wortsman et al. 2022), then the
+    LogisticRegression on its vectors; the held-out accuracy."""
+    from bench_few_shot import model_path
+    from sklearn.linear_model import LogisticRegression
+
+    from skbert import BertSentenceTransformer
+    from skbert._training.weight_averaging import StartingWeights
+
+    fits = [
+        BertSentenceTransformer(
+            model_path(),
+            fine_tune="full",
+            objective="contrastive",
+            random_state=seed + 100003 * k,
+            **settings,
+        ).fit(X, y)
+        for k in range(members)
+    ]
+    first = fits[0]
+    for k, other in enumerate(fits[1:], start=2):  # running mean: (k - 1) / k of the first
+        StartingWeights(other.network_).blend_into(first.network_, (k - 1) / k)
+    head = LogisticRegression().fit(first.transform(list(X)), y)
+
+    class Souped:
+        def predict(self, texts):
+            return head.predict(first.transform(list(texts)))
+
+    return scored(Souped())
 
 
 def key_of(row: dict) -> tuple:
