@@ -349,8 +349,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         cosine of 1, of none to 0, over every pair of batches of texts balanced by label
         (``contrastive_loss="batch-cosine"``), on drawn pairs as SetFit does (``"cosine"``),
         with a supervised contrastive loss (``"supcon"``), or by ranking every positive pair
-        of a batch above every negative one (``"cosent"``). The output
-        layer is not part of the output: ``transform`` gives the trained sentence vectors.
+        of a batch above every negative one (``"cosent"``). The output layer is not part of
+        the output: ``transform`` gives the trained sentence vectors.
 
         Parameters
         ----------

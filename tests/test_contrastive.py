@@ -250,8 +250,9 @@ def test_gather_rows_is_the_index_gather():
 def test_the_losses_repeat_bit_for_bit_on_two_threads(two_threads):
     """``random_state``'s promise (one seed, one model bit for bit) needs gradients that do not
     depend on how the threads split the work. Gathering the pairs by index broke it: its
-    backward adds a text's pair gradients in a thread-dependent order, once a batch holds
-    about 100 pairs of 384-d vectors (all-MiniLM-L6-v2's). 20 backward passes must agree."""
+    backward adds a text's pair gradients in a thread-dependent order in a batch as large as
+    these (496 and 256 pairs of 384-d vectors, all-MiniLM-L6-v2's; seen at 128 pairs, not at
+    16). 20 backward passes must agree."""
     g = torch.Generator().manual_seed(0)
     z0 = torch.randn(32, 384, generator=g)
     labels = torch.arange(32) % 4
