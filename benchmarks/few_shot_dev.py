@@ -87,6 +87,9 @@ CONFIGS = {
     "union": {**BATCH_COSINE, WITH_PRETRAINED: True},
     "soup2": {**BATCH_COSINE, "pairs_per_text": 15, SOUP: 2},
     "soup2-full": {**BATCH_COSINE, SOUP: 2},
+    "supcon-t0.05": {"contrastive_loss": "supcon", "temperature": 0.05},
+    "supcon-t0.2": {"contrastive_loss": "supcon", "temperature": 0.2},
+    "e2": {**BATCH_COSINE, "max_epochs": 2, "pairs_per_text": 15},
 }
 HELD_OUT_TREC = 800
 
