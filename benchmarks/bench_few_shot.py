@@ -9,7 +9,9 @@ the full test sets (SST-2 1,821 sentences, TREC 500 questions).
   ``setfit.Trainer`` with its defaults: ``CosineSimilarityLoss``, ``num_iterations=20``,
   1 epoch, batch size 16, body learning rate 2e-5, the ``LogisticRegression`` head.
 * ``skbert``: ``make_pipeline(BertSentenceTransformer(fine_tune="full",
-  objective="contrastive"), LogisticRegression())``, skbert's defaults otherwise.
+  objective="contrastive"), LogisticRegression())``, skbert's defaults otherwise; or, with
+  ``--skbert-params``, a candidate's parameters over them (one chosen on held-out texts by
+  ``few_shot_dev.py``), whose rows are kept apart from those of the defaults.
 
 Each fit runs in a process of its own, so that its peak memory is the resident-set high-water
 mark of that process (``resource.getrusage``: tracemalloc does not see torch's allocations).
@@ -78,6 +80,13 @@ def parse_args(argv=None):
         "quick dry run",
     )
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument(
+        "--skbert-params",
+        default="",
+        help="JSON of BertSentenceTransformer parameters over skbert's defaults, to score a "
+        "candidate chosen on held-out data (few_shot_dev.py), e.g. '{\"batch_size\": 16}'; "
+        "its rows are kept apart from the defaults' rows",
+    )
     parser.add_argument("--data-home", default=default_data_home())
     parser.add_argument(
         "--memory-sizes", default="1000,10000", help="labelled texts of the memory run ('' skips)"
@@ -108,6 +117,12 @@ def parse_args(argv=None):
     args.datasets = [d.strip() for d in args.datasets.split(",")]
     args.methods = [m.strip() for m in args.methods.split(",")]
     args.memory_sizes = [int(s) for s in args.memory_sizes.split(",") if s.strip()]
+    try:
+        args.skbert_params = json.loads(args.skbert_params) if args.skbert_params else None
+    except json.JSONDecodeError as error:
+        parser.error(f"--skbert-params: not JSON ({error}): {args.skbert_params!r}")
+    if args.skbert_params is not None and not isinstance(args.skbert_params, dict):
+        parser.error(f"--skbert-params: a JSON object is needed, got {args.skbert_params!r}")
     args.rerun = [m.strip() for m in args.rerun.split(",") if m.strip()]
     args.accuracy_of_any_cpu = [m.strip() for m in args.accuracy_of_any_cpu.split(",") if m.strip()]
     for name, given, allowed in (
@@ -139,7 +154,14 @@ def draw(y, per_class: int, seed: int) -> np.ndarray:
     return rng.permutation(np.concatenate(picks))
 
 
-def fit_skbert(X, y, seed: int, encoder_only: bool = False, iterations: int | None = None):
+def fit_skbert(
+    X,
+    y,
+    seed: int,
+    encoder_only: bool = False,
+    iterations: int | None = None,
+    encoder_params: dict | None = None,
+):
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
@@ -151,6 +173,7 @@ def fit_skbert(X, y, seed: int, encoder_only: bool = False, iterations: int | No
         objective="contrastive",
         pairs_per_text="auto" if iterations is None else iterations,
         random_state=seed,
+        **(encoder_params or {}),
     )
     model = encoder if encoder_only else make_pipeline(encoder, LogisticRegression())
     start = time.perf_counter()
@@ -252,6 +275,7 @@ def key_of(row: dict) -> tuple:
         row["method"],
         row["iterations"],
         row.get("n_test"),
+        json.dumps(row.get("skbert_params"), sort_keys=True),
     )
 
 
@@ -269,6 +293,13 @@ def run_or_reuse(args, done: dict, row: dict, job: dict) -> dict:
         out.write(json.dumps(row) + "\n")
     done[key_of(row)] = row  # the last row of a key is the one reused
     return row
+
+
+def candidate(args, method: str, job: dict, key: dict) -> None:
+    """``--skbert-params`` into an skbert fit's job, and into its row's key (kept apart)."""
+    if method == "skbert" and args.skbert_params:
+        job["params"] = {**job["params"], "encoder_params": args.skbert_params}
+        key["skbert_params"] = args.skbert_params
 
 
 def accuracy_runs(args, done: dict) -> dict:
@@ -295,6 +326,7 @@ def accuracy_runs(args, done: dict) -> dict:
                         "iterations": args.iterations,
                         "n_test": args.n_test,
                     }
+                    candidate(args, method, job, key)
                     run = run_or_reuse(args, done, key, job)
                     results.setdefault((dataset, size, method), []).append(run)
                     print(
@@ -330,6 +362,7 @@ def memory_runs(args, done: dict) -> dict:
                 "method": method,
                 "iterations": args.memory_pairs_per_text,
             }
+            candidate(args, method, job, key)
             out[method, n] = run_or_reuse(args, done, key, job)
             print(
                 f"  memory {method} {n} texts: {out[method, n]['peak_mb']:.0f} MB, "
@@ -367,6 +400,8 @@ def report(args, results: dict, memory: dict) -> None:
     rows = [r for runs in [*results.values(), *memory.values()] for r in _as_list(runs)]
     commits = sorted({str(r.get("versions", {}).get("skbert commit")) for r in rows})
     print(f"skbert commits of these fits: {', '.join(commits)}")
+    if args.skbert_params:
+        print(f"skbert's parameters over its defaults: {json.dumps(args.skbert_params)}")
     for method in args.accuracy_of_any_cpu:
         cpus = sorted({r["cpu"] for k, runs in results.items() if k[2] == method for r in runs})
         print(f"{method}'s fits ran on: {'; '.join(cpus)}")
