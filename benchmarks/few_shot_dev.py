@@ -65,6 +65,9 @@ from _common import cpu_model, default_data_home  # noqa: E402
 WITH_PRETRAINED = "with_pretrained"
 #: a configuration's key (not a parameter): that many fits of other seeds, weights averaged
 SOUP = "soup"
+#: a configuration's key (not a parameter): that many pipelines of other seeds, their
+#: LogisticRegression probabilities averaged (a prediction ensemble, where a soup averages weights)
+ENSEMBLE = "ensemble"
 #: the default loss, named: the tuning configurations below were measured over it and keep it
 #: whatever the default (its rows were named "default" when written; renamed "batch-cosine")
 BATCH_COSINE = {"contrastive_loss": "batch-cosine"}
@@ -90,6 +93,7 @@ CONFIGS = {
     "supcon-t0.05": {"contrastive_loss": "supcon", "temperature": 0.05},
     "supcon-t0.2": {"contrastive_loss": "supcon", "temperature": 0.2},
     "e2": {**BATCH_COSINE, "max_epochs": 2, "pairs_per_text": 15},
+    "ens2": {**BATCH_COSINE, "pairs_per_text": 15, ENSEMBLE: 2},
 }
 HELD_OUT_TREC = 800
 
@@ -201,9 +205,11 @@ def one_fit(job: dict) -> list[dict]:
     settings = dict(settings)
     with_pretrained = settings.pop(WITH_PRETRAINED, False)
     soup = settings.pop(SOUP, 1)
-    if soup > 1:
+    members = settings.pop(ENSEMBLE, 1)
+    if soup > 1 or members > 1:
         start = time.perf_counter()
-        accuracy = souped(X[pick], y[pick], job["seed"], soup, settings, scored)
+        combine = souped if soup > 1 else ensembled
+        accuracy = combine(X[pick], y[pick], job["seed"], max(soup, members), settings, scored)
         seconds = time.perf_counter() - start  # with the held-out predictions
         return [{**job, "accuracy": accuracy, "seconds": seconds, "cpu": cpu_model()}]
     rows = []
@@ -260,6 +266,38 @@ def souped(X, y, seed: int, members: int, settings: dict, scored) -> float:
             return head.predict(first.transform(list(texts)))
 
     return scored(Souped())
+
+
+def ensembled(X, y, seed: int, members: int, settings: dict, scored) -> float:
+    """``members`` pipelines (encoder and LogisticRegression) fitted with seeds ``seed``,
+    ``seed + 100003``, ..., their predicted probabilities averaged; the held-out accuracy."""
+    from bench_few_shot import model_path
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from skbert import BertSentenceTransformer
+
+    fits = [
+        make_pipeline(
+            BertSentenceTransformer(
+                model_path(),
+                fine_tune="full",
+                objective="contrastive",
+                random_state=seed + 100003 * k,
+                **settings,
+            ),
+            LogisticRegression(),
+        ).fit(X, y)
+        for k in range(members)
+    ]
+
+    class Ensembled:
+        def predict(self, texts):
+            texts = list(texts)
+            proba = np.mean([fit.predict_proba(texts) for fit in fits], axis=0)
+            return fits[0].classes_[proba.argmax(axis=1)]
+
+    return scored(Ensembled())
 
 
 def key_of(row: dict) -> tuple:
