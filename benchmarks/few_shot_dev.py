@@ -236,26 +236,26 @@ def one_fit(job: dict) -> list[dict]:
     return rows
 
 
+def member_encoder(seed: int, settings: dict):
+    """An unfitted contrastive encoder of a soup or ensemble: seed ``seed``, ``settings``."""
+    from bench_few_shot import model_path
+
+    from skbert import BertSentenceTransformer
+
+    return BertSentenceTransformer(
+        model_path(), fine_tune="full", objective="contrastive", random_state=seed, **settings
+    )
+
+
 def souped(X, y, seed: int, members: int, settings: dict, scored) -> float:
     """``members`` encoders fitted with seeds ``seed``, ``seed + 100003``, ..., their weights
     averaged into the first (a uniform model soup, Wortsman et al. 2022), then the
     LogisticRegression on its vectors; the held-out accuracy."""
-    from bench_few_shot import model_path
     from sklearn.linear_model import LogisticRegression
 
-    from skbert import BertSentenceTransformer
     from skbert._training.weight_averaging import StartingWeights
 
-    fits = [
-        BertSentenceTransformer(
-            model_path(),
-            fine_tune="full",
-            objective="contrastive",
-            random_state=seed + 100003 * k,
-            **settings,
-        ).fit(X, y)
-        for k in range(members)
-    ]
+    fits = [member_encoder(seed + 100003 * k, settings).fit(X, y) for k in range(members)]
     first = fits[0]
     for k, other in enumerate(fits[1:], start=2):  # running mean: (k - 1) / k of the first
         StartingWeights(other.network_).blend_into(first.network_, (k - 1) / k)
@@ -271,23 +271,11 @@ def souped(X, y, seed: int, members: int, settings: dict, scored) -> float:
 def ensembled(X, y, seed: int, members: int, settings: dict, scored) -> float:
     """``members`` pipelines (encoder and LogisticRegression) fitted with seeds ``seed``,
     ``seed + 100003``, ..., their predicted probabilities averaged; the held-out accuracy."""
-    from bench_few_shot import model_path
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
-    from skbert import BertSentenceTransformer
-
     fits = [
-        make_pipeline(
-            BertSentenceTransformer(
-                model_path(),
-                fine_tune="full",
-                objective="contrastive",
-                random_state=seed + 100003 * k,
-                **settings,
-            ),
-            LogisticRegression(),
-        ).fit(X, y)
+        make_pipeline(member_encoder(seed + 100003 * k, settings), LogisticRegression()).fit(X, y)
         for k in range(members)
     ]
 
