@@ -94,6 +94,7 @@ CONFIGS = {
     "supcon-t0.2": {"contrastive_loss": "supcon", "temperature": 0.2},
     "e2": {**BATCH_COSINE, "max_epochs": 2, "pairs_per_text": 15},
     "ens2": {**BATCH_COSINE, "pairs_per_text": 15, ENSEMBLE: 2},
+    "triplet": {"contrastive_loss": "batch-hard-triplet"},
 }
 HELD_OUT_TREC = 800
 

@@ -36,6 +36,7 @@ from ._estimator.wise_ft import WISE_PARAMETERS, average_back, starting_weights
 from ._nn.backbone import (
     DEFAULT_MODEL,
 )
+from ._nn.contrastive_losses import CONTRASTIVE_LOSSES
 from ._nn.network import SiameseNetwork
 from ._training.loop import length_grouped_batches, train
 
@@ -254,7 +255,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         "normalize": ["boolean", StrOptions({"auto"})],
         "fine_tune": [fine_tune_constraint(FINE_TUNE_MODES)],
         "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax", "contrastive"})],
-        "contrastive_loss": [StrOptions({"cosine", "batch-cosine", "supcon", "cosent"})],
+        "contrastive_loss": [StrOptions(set(CONTRASTIVE_LOSSES))],
         "pairs_per_text": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "learning_rate": [Interval(Real, 0, 1, closed="right"), StrOptions({"auto"})],
         "temperature": [Interval(Real, 0, None, closed="neither")],
@@ -348,9 +349,11 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         labels, or a multi-label 0/1 indicator, SetFit-style: texts of a shared label to a
         cosine of 1, of none to 0, over every pair of batches of texts balanced by label
         (``contrastive_loss="batch-cosine"``), on drawn pairs as SetFit does (``"cosine"``),
-        with a supervised contrastive loss (``"supcon"``), or by ranking every positive pair
-        of a batch above every negative one (``"cosent"``). The output layer is not part of
-        the output: ``transform`` gives the trained sentence vectors.
+        with a supervised contrastive loss (``"supcon"``), by ranking every positive pair
+        of a batch above every negative one (``"cosent"``), or by pulling each text's
+        farthest positive nearer than its nearest negative (``"batch-hard-triplet"``). The
+        output layer is not part of the output: ``transform`` gives the trained sentence
+        vectors.
 
         Parameters
         ----------

@@ -22,6 +22,7 @@ from skbert import BertSentenceTransformer
 from skbert._nn.contrastive_losses import (
     batch_cosent_loss,
     batch_cosine_loss,
+    batch_hard_triplet_loss,
     cosine_pair_loss,
     gather_rows,
     supervised_contrastive_loss,
@@ -233,6 +234,40 @@ def test_cosent_loss_is_its_definition_over_every_pair_of_the_batch():
     assert loss.item() == 0.0 and single.grad is not None
 
 
+def test_batch_hard_triplet_loss_is_its_definition_over_each_anchor():
+    # softplus(farthest positive - nearest negative), Euclidean distances of the unit vectors,
+    # averaged over the texts with both a positive and a negative in the batch, written out
+    z = torch.tensor(
+        [[1.0, 0.0, 0.2], [0.8, 0.3, 0.0], [0.1, 1.0, 0.0], [0.0, 0.7, 0.5], [0.3, 0.3, 1.0]]
+    )
+    labels = torch.tensor([0, 0, 1, 1, 2])  # text 4 has no positive: a negative only
+    positives = labels[:, None] == labels[None, :]
+    unit = torch.nn.functional.normalize(z, dim=-1)
+    terms = []
+    for a in range(4):
+        pos = [torch.dist(unit[a], unit[p]) for p in range(5) if p != a and labels[p] == labels[a]]
+        neg = [torch.dist(unit[a], unit[n]) for n in range(5) if labels[n] != labels[a]]
+        terms.append(torch.nn.functional.softplus(max(pos) - min(neg)))
+    expected = torch.stack(terms).mean()
+    torch.testing.assert_close(batch_hard_triplet_loss(z, positives), expected)
+    # apart: each anchor's positive at distance ~0, its negatives at sqrt(2): softplus(-1.41)
+    apart = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    two = torch.tensor([0, 0, 1, 1])
+    good = batch_hard_triplet_loss(apart, two[:, None] == two[None, :])
+    torch.testing.assert_close(good, torch.nn.functional.softplus(-torch.tensor(2.0).sqrt()))
+    wrong = torch.tensor([0, 1, 0, 1])
+    assert batch_hard_triplet_loss(apart, wrong[:, None] == wrong[None, :]).item() > 1.5
+    # equal vectors (a text twice) give a finite gradient
+    twice = apart.clone().requires_grad_()
+    batch_hard_triplet_loss(twice, two[:, None] == two[None, :]).backward()
+    assert torch.isfinite(twice.grad).all()
+    # no anchor with both a positive and a negative: zero, with a gradient
+    single = torch.ones(3, 2, requires_grad=True)
+    loss = batch_hard_triplet_loss(single, torch.ones(3, 3, dtype=torch.bool))
+    loss.backward()
+    assert loss.item() == 0.0 and single.grad is not None
+
+
 @pytest.fixture
 def two_threads():
     before = torch.get_num_threads()
@@ -263,6 +298,7 @@ def test_the_losses_repeat_bit_for_bit_on_two_threads(two_threads):
         "batch-cosine": lambda z: batch_cosine_loss(z, positives),
         "cosent": lambda z: batch_cosent_loss(z, positives, 20.0),
         "supcon": lambda z: supervised_contrastive_loss(z, positives, 0.1),
+        "batch-hard-triplet": lambda z: batch_hard_triplet_loss(z, positives),
         "cosine": lambda z: cosine_pair_loss(
             gather_rows(z, sides[:, 0]), gather_rows(z, sides[:, 1]), target
         ),
@@ -299,7 +335,14 @@ def same_minus_different(vectors, labels) -> float:
 
 # an in-batch step sees every pair of its texts: it takes fewer texts, so more passes
 @pytest.mark.parametrize(
-    ("loss", "passes"), [("cosine", 4), ("batch-cosine", 12), ("supcon", 12), ("cosent", 12)]
+    ("loss", "passes"),
+    [
+        ("cosine", 4),
+        ("batch-cosine", 12),
+        ("supcon", 12),
+        ("cosent", 12),
+        ("batch-hard-triplet", 12),
+    ],
 )
 def test_every_loss_pulls_same_labels_together(tiny_bert, loss, passes):
     before = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS).transform(TEXTS)
@@ -489,7 +532,7 @@ def test_auto_learning_rate_and_pairs_per_text_follow_the_loss(tiny_bert, monkey
 def test_auto_rate_of_in_batch_losses_falls_with_the_steps_of_an_epoch(steps, expected):
     from skbert._estimator.contrastive import auto_learning_rate, in_batch_steps
 
-    for loss in ("batch-cosine", "supcon", "cosent"):
+    for loss in ("batch-cosine", "supcon", "cosent", "batch-hard-triplet"):
         assert auto_learning_rate("contrastive", loss, steps) == pytest.approx(expected)
     # the pair loss and the other objectives keep SBERT's rate, whatever the steps
     assert auto_learning_rate("contrastive", "cosine", steps) == 2e-5

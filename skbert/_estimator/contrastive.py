@@ -16,6 +16,7 @@ import torch
 from .._nn.contrastive_losses import (
     batch_cosent_loss,
     batch_cosine_loss,
+    batch_hard_triplet_loss,
     cosine_pair_loss,
     gather_rows,
     supervised_contrastive_loss,
@@ -38,7 +39,13 @@ __all__ = [
 #: ``pairs_per_text="auto"`` per ``contrastive_loss``: SetFit's ``num_iterations`` for its
 #: pair loss; for the in-batch losses, batches per text (measured on held-out training texts
 #: of SST-2 and TREC, 16 per class: the user guide)
-AUTO_PAIRS_PER_TEXT = {"cosine": 20, "batch-cosine": 30, "supcon": 30, "cosent": 30}
+AUTO_PAIRS_PER_TEXT = {
+    "cosine": 20,
+    "batch-cosine": 30,
+    "supcon": 30,
+    "cosent": 30,
+    "batch-hard-triplet": 30,
+}
 
 #: ``learning_rate="auto"`` of :class:`~skbert.BertSentenceTransformer`: SBERT's 2e-5, except
 #: for the in-batch contrastive losses (see :func:`auto_learning_rate`), whose epoch has
@@ -53,7 +60,8 @@ COSENT_SCALE = 20.0
 #: the numpydoc entries of the contrastive objective's parameters
 CONTRASTIVE_PARAMETERS = numpydoc_entries(
     """
-contrastive_loss : {"batch-cosine", "cosine", "supcon", "cosent"}, default="batch-cosine"
+contrastive_loss : {"batch-cosine", "cosine", "supcon", "cosent", "batch-hard-triplet"}, \
+default="batch-cosine"
     The loss of ``objective="contrastive"``. ``"cosine"``: SetFit's default
     (sentence-transformers' ``CosineSimilarityLoss``) on labelled pairs, the squared error
     of cos(u, v) against 1 for a pair of the same label and 0 for one of different labels;
@@ -65,16 +73,19 @@ contrastive_loss : {"batch-cosine", "cosine", "supcon", "cosent"}, default="batc
     other text a negative (``temperature``). ``"cosent"``: CoSENT (Su 2022) on the same
     batches, every positive pair's cosine ranked above every negative pair's
     (``log(1 + sum exp(20 * (cos_neg - cos_pos)))``), with no target value for either.
+    ``"batch-hard-triplet"``: the batch-hard triplet loss with a soft margin (Hermans et al.
+    2017; sentence-transformers' ``BatchHardSoftMarginTripletLoss``) on the same batches,
+    each text's farthest positive pulled nearer than its nearest negative.
     Why ``"batch-cosine"`` is the default (``"cosent"`` was ahead of it on held-out texts at
     six of eight sizes, behind it on the test sets at six): the user guide.
 pairs_per_text : int or "auto", default="auto"
     How much an epoch of ``objective="contrastive"`` trains: with
     ``contrastive_loss="cosine"``, each text is paired with this many texts of its label
     and as many of other labels, drawn afresh each epoch (SetFit's ``num_iterations``:
-    ``2 * pairs_per_text * n_texts`` pairs per epoch); with an in-batch loss
-    (``"batch-cosine"``, ``"supcon"``, ``"cosent"``), each text is in about this many
-    batches per epoch. ``"auto"``: 20 for ``"cosine"`` (SetFit's default), 30 for the
-    in-batch losses. The pairs are drawn batch by batch, never all held.
+    ``2 * pairs_per_text * n_texts`` pairs per epoch); with an in-batch loss (the others),
+    each text is in about this many batches per epoch. ``"auto"``: 20 for ``"cosine"``
+    (SetFit's default), 30 for the in-batch losses. The pairs are drawn batch by batch,
+    never all held.
 temperature : float, default=0.1
     Temperature of ``contrastive_loss="supcon"`` (Khosla et al.: 0.1): the cosine
     similarities are divided by it. Lower values weigh the hardest negatives more.
@@ -174,6 +185,8 @@ def contrastive_training(estimator, encoded, labels, device):
             return batch_cosine_loss(z, positives)
         if estimator.contrastive_loss == "cosent":
             return batch_cosent_loss(z, positives, COSENT_SCALE)
+        if estimator.contrastive_loss == "batch-hard-triplet":
+            return batch_hard_triplet_loss(z, positives)
         return supervised_contrastive_loss(z, positives, estimator.temperature)
 
     loss_fn = pair_loss if estimator.contrastive_loss == "cosine" else in_batch_loss

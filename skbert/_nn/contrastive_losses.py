@@ -11,8 +11,11 @@
 * :func:`supervised_contrastive_loss`: Khosla et al. (2020)'s supervised contrastive loss over
   a batch of texts, in which every text of a shared label is a positive of each other and
   every other text a negative.
+* :func:`batch_hard_triplet_loss`: the batch-hard soft-margin triplet loss (Hermans et al.
+  2017; sentence-transformers' ``BatchHardSoftMarginTripletLoss``): each text's farthest
+  positive pulled closer than its nearest negative.
 
-Both take float32 vectors (the caller casts the encoder's output) and return a scalar mean.
+All take float32 vectors (the caller casts the encoder's output) and return a scalar mean.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ __all__ = [
     "CONTRASTIVE_LOSSES",
     "batch_cosent_loss",
     "batch_cosine_loss",
+    "batch_hard_triplet_loss",
     "cosine_pair_loss",
     "gather_rows",
     "supervised_contrastive_loss",
@@ -35,6 +39,8 @@ CONTRASTIVE_LOSSES = {
     "batch-cosine": "batches of texts: the same squared error over every pair, balanced",
     "cosent": "batches of texts: CoSENT ranking of every positive pair above every negative",
     "supcon": "batches of texts: supervised contrastive loss (Khosla et al. 2020)",
+    "batch-hard-triplet": "batches of texts: each text's farthest positive nearer than its "
+    "nearest negative (Hermans et al. 2017, soft margin)",
 }
 
 
@@ -192,3 +198,40 @@ def supervised_contrastive_loss(
         return (z * 0.0).sum()
     pos_log_prob = log_prob.masked_fill(~positives, 0.0).sum(dim=1)
     return -(pos_log_prob[anchors] / n_pos[anchors]).mean()
+
+
+def batch_hard_triplet_loss(z: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+    """The batch-hard triplet loss with a soft margin (Hermans et al. 2017) over one batch.
+
+    With ``d`` the Euclidean distance of the unit vectors (``sqrt(2 - 2 cos)``), for each
+    text ``a`` with at least one positive and one negative in the batch: ``softplus(max over
+    positives p of d(a, p) - min over negatives n of d(a, n))``, the hardest triplet of
+    each anchor; the loss is the mean over those texts (sentence-transformers'
+    ``BatchHardSoftMarginTripletLoss`` on normalised vectors). The soft margin sets no margin
+    to choose: a triplet keeps a small pull however far apart it already is.
+
+    Parameters
+    ----------
+    z : torch.Tensor of shape (n_texts, dim)
+        The texts' vectors (normalised here).
+    positives : torch.Tensor of shape (n_texts, n_texts), bool
+        True where two texts share a label; the diagonal is ignored.
+
+    Returns
+    -------
+    torch.Tensor
+        The scalar loss; 0 (with a gradient) when no text of the batch has both a positive and
+        a negative.
+    """
+    z = F.normalize(z, dim=-1)
+    # clamped away from 0: two equal vectors (a text twice) have an infinite sqrt gradient
+    distance = (2.0 - 2.0 * (z @ z.T)).clamp_min(1e-12).sqrt()
+    self_pair = torch.eye(len(z), dtype=torch.bool, device=z.device)
+    same = positives & ~self_pair
+    different = ~positives & ~self_pair
+    anchors = same.any(dim=1) & different.any(dim=1)
+    if not bool(anchors.any()):
+        return (z * 0.0).sum()
+    hardest_positive = distance.masked_fill(~same, float("-inf")).amax(dim=1)
+    hardest_negative = distance.masked_fill(~different, float("inf")).amin(dim=1)
+    return F.softplus(hardest_positive - hardest_negative)[anchors].mean()
