@@ -212,10 +212,8 @@ def batch_hard_triplet_loss(z: torch.Tensor, positives: torch.Tensor) -> torch.T
 
     Parameters
     ----------
-    z : torch.Tensor of shape (n_texts, dim)
-        The texts' vectors (normalised here).
-    positives : torch.Tensor of shape (n_texts, n_texts), bool
-        True where two texts share a label; the diagonal is ignored.
+    z, positives : torch.Tensor
+        As in :func:`supervised_contrastive_loss`.
 
     Returns
     -------
