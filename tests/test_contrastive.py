@@ -376,6 +376,15 @@ def test_multilabel_y_and_chunks(tiny_bert):
     assert attention.transform(texts).shape == (10, 16)
     ranked = make(tiny_bert, contrastive_loss="cosent", max_epochs=1).fit(TEXTS, indicator)
     assert np.isfinite(ranked.loss_curve_).all() and ranked.transform(TEXTS).shape == (10, 16)
+    hard = make(
+        tiny_bert,
+        contrastive_loss="batch-hard-triplet",
+        truncation="chunks",
+        max_length=16,
+        max_chunks=4,
+        max_epochs=2,
+    ).fit(texts, indicator)
+    assert np.isfinite(hard.loss_curve_).all() and hard.transform(texts).shape == (10, 16)
 
 
 def test_same_seed_same_model_and_warm_start_continues(tiny_bert):
