@@ -181,12 +181,21 @@ def fit_skbert(
     return model, time.perf_counter() - start
 
 
-def fit_setfit(X, y, seed: int, encoder_only: bool = False, iterations: int | None = None):
+def fit_setfit(
+    X,
+    y,
+    seed: int,
+    encoder_only: bool = False,
+    iterations: int | None = None,
+    model: str | None = None,
+):
+    """SetFit 1.2 with its defaults on ``(X, y)``; ``model``: a local folder (default: the
+    packaged all-MiniLM-L6-v2). Returns the fitted model and its seconds."""
     from datasets import Dataset
     from setfit import SetFitModel, Trainer, TrainingArguments
 
     start = time.perf_counter()  # skbert's fit loads its model too
-    model = SetFitModel.from_pretrained(model_path())
+    model = SetFitModel.from_pretrained(model or model_path())
     arguments = TrainingArguments(
         batch_size=16,
         num_epochs=1,

@@ -23,6 +23,10 @@ time) or 30 (twice).
 
 ``SetFit`` runs SetFit 1.2 with its defaults (``bench_few_shot.fit_setfit``) on the same draws.
 
+``--model`` fits another encoder than the packaged all-MiniLM-L6-v2 (a hub id in the local
+Hugging Face cache, or a folder), skbert's and SetFit's alike; its rows carry the model, and the
+report labels them ``config/model`` (the last part of its name).
+
 ``--wise-alphas`` scores each skbert fit at several ``wise_alpha`` (WiSE-FT: the trained
 encoder averaged with the pre-trained one) for the cost of one training: the first alpha's fit
 writes a ``checkpoint_dir`` (a temporary folder), and each other alpha refits from the
@@ -130,6 +134,12 @@ def parse_args(argv=None):
         help="wise_alpha values each skbert fit is scored at (in [0, 1], comma-separated; "
         "one training per fit)",
     )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="hub id (in the local Hugging Face cache) or folder of the encoder; default: "
+        "the packaged all-MiniLM-L6-v2",
+    )
     parser.add_argument("--workers", type=int, default=2, help="fits side by side")
     parser.add_argument("--data-home", default=default_data_home())
     parser.add_argument(
@@ -149,6 +159,8 @@ def parse_args(argv=None):
     unknown = sorted(set(args.configs) - {*CONFIGS, "SetFit"})
     if unknown:
         parser.error(f"--configs: unknown {unknown}; choose among {[*CONFIGS, 'SetFit']}")
+    if args.model and "lld-floor" in args.configs:  # its rule reads the packaged model
+        parser.error("--configs lld-floor: the packaged all-MiniLM-L6-v2 only, not --model")
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.wise_alphas = [float(a) for a in args.wise_alphas.split(",")]
     if any(not 0 <= a <= 1 for a in args.wise_alphas):
@@ -184,6 +196,7 @@ def one_fit(job: dict) -> list[dict]:
     torch.set_num_threads(1)
     from bench_few_shot import draw, fit_setfit, model_path
 
+    model_dir = local_folder(job["model"]) if job.get("model") else model_path()
     X, y, X_held, y_held = split(job["dataset"], job["data_home"])
     pick = draw(y, job["size"], job["seed"])
 
@@ -193,7 +206,7 @@ def one_fit(job: dict) -> list[dict]:
 
     alphas = job.pop("wise_alphas")
     if job["config"] == "SetFit":
-        model, seconds = fit_setfit(X[pick], y[pick], job["seed"])
+        model, seconds = fit_setfit(X[pick], y[pick], job["seed"], model=model_dir)
         return [{**job, "accuracy": scored(model), "seconds": seconds, "cpu": cpu_model()}]
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline, make_union
@@ -210,14 +223,16 @@ def one_fit(job: dict) -> list[dict]:
     if soup > 1 or members > 1:
         start = time.perf_counter()
         combine = souped if soup > 1 else ensembled
-        accuracy = combine(X[pick], y[pick], job["seed"], max(soup, members), settings, scored)
+        accuracy = combine(
+            X[pick], y[pick], model_dir, job["seed"], max(soup, members), settings, scored
+        )
         seconds = time.perf_counter() - start  # with the held-out predictions
         return [{**job, "accuracy": accuracy, "seconds": seconds, "cpu": cpu_model()}]
     rows = []
     with tempfile.TemporaryDirectory() as state:
         for alpha in alphas:  # the first trains; the others reread the finished checkpoint
             encoder = BertSentenceTransformer(
-                model_path(),
+                model_dir,
                 fine_tune="full",
                 objective="contrastive",
                 random_state=job["seed"],
@@ -226,7 +241,7 @@ def one_fit(job: dict) -> list[dict]:
                 **settings,
             )
             if with_pretrained:  # the frozen encoder's vectors beside the trained ones
-                frozen = BertSentenceTransformer(model_path(), fine_tune="none")
+                frozen = BertSentenceTransformer(model_dir, fine_tune="none")
                 encoder = make_union(frozen, encoder)
             model = make_pipeline(encoder, LogisticRegression())
             start = time.perf_counter()
@@ -237,18 +252,25 @@ def one_fit(job: dict) -> list[dict]:
     return rows
 
 
-def member_encoder(seed: int, settings: dict):
-    """An unfitted contrastive encoder of a soup or ensemble: seed ``seed``, ``settings``."""
-    from bench_few_shot import model_path
+def local_folder(model: str) -> str:
+    """``model``'s folder: itself if it is one, else its snapshot in the local HF cache."""
+    if os.path.isdir(model):
+        return model
+    from huggingface_hub import snapshot_download
 
+    return snapshot_download(model, local_files_only=True)
+
+
+def member_encoder(model_dir: str, seed: int, settings: dict):
+    """An unfitted contrastive encoder of a soup or ensemble: seed ``seed``, ``settings``."""
     from skbert import BertSentenceTransformer
 
     return BertSentenceTransformer(
-        model_path(), fine_tune="full", objective="contrastive", random_state=seed, **settings
+        model_dir, fine_tune="full", objective="contrastive", random_state=seed, **settings
     )
 
 
-def souped(X, y, seed: int, members: int, settings: dict, scored) -> float:
+def souped(X, y, model_dir: str, seed: int, members: int, settings: dict, scored) -> float:
     """``members`` encoders fitted with seeds ``seed``, ``seed + 100003``, ..., their weights
     averaged into the first (a uniform model soup, Wortsman et al. 2022), then the
     LogisticRegression on its vectors; the held-out accuracy."""
@@ -256,7 +278,9 @@ def souped(X, y, seed: int, members: int, settings: dict, scored) -> float:
 
     from skbert._training.weight_averaging import StartingWeights
 
-    fits = [member_encoder(seed + 100003 * k, settings).fit(X, y) for k in range(members)]
+    fits = [
+        member_encoder(model_dir, seed + 100003 * k, settings).fit(X, y) for k in range(members)
+    ]
     first = fits[0]
     for k, other in enumerate(fits[1:], start=2):  # running mean: (k - 1) / k of the first
         StartingWeights(other.network_).blend_into(first.network_, (k - 1) / k)
@@ -269,14 +293,16 @@ def souped(X, y, seed: int, members: int, settings: dict, scored) -> float:
     return scored(Souped())
 
 
-def ensembled(X, y, seed: int, members: int, settings: dict, scored) -> float:
+def ensembled(X, y, model_dir: str, seed: int, members: int, settings: dict, scored) -> float:
     """``members`` pipelines (encoder and LogisticRegression) fitted with seeds ``seed``,
     ``seed + 100003``, ..., their predicted probabilities averaged; the held-out accuracy."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
     fits = [
-        make_pipeline(member_encoder(seed + 100003 * k, settings), LogisticRegression()).fit(X, y)
+        make_pipeline(
+            member_encoder(model_dir, seed + 100003 * k, settings), LogisticRegression()
+        ).fit(X, y)
         for k in range(members)
     ]
 
@@ -291,13 +317,17 @@ def ensembled(X, y, seed: int, members: int, settings: dict, scored) -> float:
 
 def key_of(row: dict) -> tuple:
     alpha = None if row["config"] == "SetFit" else row.get("wise_alpha", 1.0)
-    return row["config"], row["dataset"], row["size"], row["seed"], alpha
+    return row["config"], row["dataset"], row["size"], row["seed"], alpha, row.get("model")
 
 
 def label_of(row: dict) -> str:
-    """The configuration's name, with its ``wise_alpha`` unless 1 (or SetFit)."""
-    alpha = key_of(row)[-1]
-    return row["config"] if alpha in (None, 1.0) else f"{row['config']}@{alpha:g}"
+    """The configuration's name, with its ``wise_alpha`` unless 1 (or SetFit), and its
+    ``/model`` unless the packaged all-MiniLM-L6-v2."""
+    alpha = key_of(row)[-2]
+    label = row["config"] if alpha in (None, 1.0) else f"{row['config']}@{alpha:g}"
+    if row.get("model"):
+        label += "/" + row["model"].rstrip("/").rsplit("/", 1)[-1]
+    return label
 
 
 def read_rows(path: str) -> list[dict]:
@@ -324,13 +354,15 @@ def report(rows: list[dict], baseline: str = "batch-cosine") -> None:
         table[row["dataset"], row["size"], label_of(row)][row["seed"]] = row["accuracy"]
         seconds[row["dataset"], row["size"], label_of(row)].append(row["seconds"])
     cpus = sorted({row["cpu"] for row in rows})
-    print(f"\nheld-out accuracy, all-MiniLM-L6-v2; CPU: {', '.join(cpus)}")
+    print(f"\nheld-out accuracy, all-MiniLM-L6-v2 unless /model; CPU: {', '.join(cpus)}")
     print(f"config@a: wise_alpha=a (none: 1, the trained weights); {baseline!r} at wise_alpha=1")
     header = f"{'data':<6}{'n/class':>8}  {'config':<14}{'draws':>6}{'accuracy':>10}{'fit s':>8}"
     print(f"{header}  {'vs ' + baseline:<30}vs SetFit")
     for (dataset, size, config), accuracies in sorted(table.items()):
-        base = table.get((dataset, size, baseline), {})
-        setfit = table.get((dataset, size, "SetFit"), {})
+        model = config.partition("/")[2]  # paired with the same model's rows
+        of_model = "/" + model if model else ""
+        base = table.get((dataset, size, baseline + of_model), {})
+        setfit = table.get((dataset, size, "SetFit" + of_model), {})
         mean = np.mean(list(accuracies.values()))
         fit_s = np.mean(seconds[dataset, size, config])
         print(
@@ -348,6 +380,8 @@ def main(argv=None):
         jobs = []
         for size, seed, config in itertools.product(args.sizes, args.seeds, args.configs):
             job = {"config": config, "dataset": args.dataset, "size": size, "seed": seed}
+            if args.model:
+                job["model"] = args.model
             alphas = [None] if config == "SetFit" else args.wise_alphas
             missing = [a for a in alphas if key_of({**job, "wise_alpha": a}) not in done]
             if missing:
