@@ -88,6 +88,9 @@ CONFIGS = {
     "lr5e-5": {**BATCH_COSINE, "learning_rate": 5e-5},
     "lr2e-5": {**BATCH_COSINE, "learning_rate": 2e-5},
     "lr1e-5": {**BATCH_COSINE, "learning_rate": 1e-5},
+    "lr2.5e-5": {**BATCH_COSINE, "learning_rate": 2.5e-5},
+    "lr1e-4": {**BATCH_COSINE, "learning_rate": 1e-4},
+    "lr8e-5": {**BATCH_COSINE, "learning_rate": 8e-5},
     "lld0.8": {**BATCH_COSINE, "layer_lr_decay": 0.8},
     "lld0.9": {**BATCH_COSINE, "layer_lr_decay": 0.9},
     "lld-floor": lambda n_texts: {**BATCH_COSINE, "layer_lr_decay": floored_decay(n_texts)},
@@ -365,10 +368,11 @@ def report(rows: list[dict], baseline: str = "batch-cosine") -> None:
         setfit = table.get((dataset, size, "SetFit" + of_model), {})
         mean = np.mean(list(accuracies.values()))
         fit_s = np.mean(seconds[dataset, size, config])
+        name = config.partition("/")[0]
         print(
             f"{dataset:<6}{size:>8}  {config:<14}{len(accuracies):>6}{mean:>10.3f}{fit_s:>8.1f}  "
-            f"{paired(accuracies, base) if config != baseline else '-':<30}"
-            f"{paired(accuracies, setfit) if config != 'SetFit' else '-'}"
+            f"{paired(accuracies, base) if name != baseline else '-':<30}"
+            f"{paired(accuracies, setfit) if name != 'SetFit' else '-'}"
         )
 
 

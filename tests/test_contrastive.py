@@ -550,6 +550,49 @@ def test_auto_rate_of_in_batch_losses_falls_with_the_steps_of_an_epoch(steps, ex
     assert [in_batch_steps(n, 30, 32) for n in (16, 32, 64, 128)] == [15, 30, 60, 120]
 
 
+@pytest.mark.parametrize(
+    ("steps", "size", "expected"),
+    [
+        (15, 6 * 384, 1e-4),  # all-MiniLM-L6-v2, on which the rates were measured
+        (15, 2 * 32, 1e-4),  # a smaller encoder keeps them
+        (15, 12 * 384, 5e-5),
+        (15, 12 * 768, 2.5e-5),  # all-mpnet-base-v2, BERT-base
+        (30, 12 * 768, 2e-5),  # 8e-5 / 4, the floor
+        (15, 24 * 1024, 2e-5),  # BERT-large: the floor
+    ],
+)
+def test_auto_rate_of_in_batch_losses_falls_with_the_size_of_the_encoder(steps, size, expected):
+    from skbert._estimator.contrastive import auto_learning_rate
+
+    for loss in ("batch-cosine", "supcon", "cosent", "batch-hard-triplet"):
+        assert auto_learning_rate("contrastive", loss, steps, size) == pytest.approx(expected)
+    assert auto_learning_rate("contrastive", "cosine", steps, size) == 2e-5
+    assert auto_learning_rate("softmax", "batch-cosine", steps, size) == 2e-5
+
+
+def test_auto_rate_reads_the_size_of_the_loaded_encoder(tiny_bert, monkeypatch):
+    # the tiny model is smaller than the reference: as if the reference were half its size,
+    # its rate halves (1e-4 for an epoch of 5 batches becomes 5e-5)
+    from skbert._estimator import contrastive
+    from skbert._training import loop
+
+    seen = []
+    real = loop.train
+
+    def recording(network, loss_fn, make_batches, config, **kwargs):
+        seen.append(config.learning_rate)
+        return real(network, loss_fn, make_batches, config, **kwargs)
+
+    monkeypatch.setattr(skbert.sentence, "train", recording)
+    est = make(tiny_bert, learning_rate="auto", pairs_per_text=2, batch_size=4, max_epochs=1)
+    est.fit(TEXTS, LABELS)
+    config = est.network_.backbone.config
+    size = config.num_hidden_layers * config.hidden_size
+    monkeypatch.setattr(contrastive, "AUTO_RATE_REFERENCE_SIZE", size // 2)
+    est.fit(TEXTS, LABELS)
+    assert seen == [pytest.approx(1e-4), pytest.approx(5e-5)]
+
+
 # ---------------------------------------------------------------------------- WiSE-FT
 def backbone_weights(est) -> dict:
     return {

@@ -28,6 +28,7 @@ __all__ = [
     "AUTO_FULL_RATE_STEPS",
     "AUTO_LEARNING_RATE",
     "AUTO_PAIRS_PER_TEXT",
+    "AUTO_RATE_REFERENCE_SIZE",
     "CONTRASTIVE_PARAMETERS",
     "auto_learning_rate",
     "contrastive_training",
@@ -54,6 +55,10 @@ AUTO_PAIRS_PER_TEXT = {
 #: beyond, down to 2e-5 (measured on SST-2's dev set, 8 to 64 texts per class: the user guide)
 AUTO_LEARNING_RATE = {"default": 2e-5, "in-batch": 1e-4}
 AUTO_FULL_RATE_STEPS = 24
+#: the encoder those in-batch rates were measured on, as layers x width: all-MiniLM-L6-v2's
+#: 6 x 384. A larger encoder's rate is lowered in proportion (all-mpnet-base-v2, 12 x 768,
+#: lost 3.5 points at 1e-4 against 2e-5 on SST-2's dev set with 8 texts per class)
+AUTO_RATE_REFERENCE_SIZE = 6 * 384
 #: CoSENT's scale (Su 2022; sentence-transformers' CoSENTLoss default)
 COSENT_SCALE = 20.0
 
@@ -105,7 +110,12 @@ def in_batch_steps(n_texts: int, passes: int, batch_size: int) -> int:
     return BalancedTextSampler.batches_per_epoch(n_texts, passes, batch_size)
 
 
-def auto_learning_rate(objective: str, contrastive_loss: str, steps_per_epoch: int = 1) -> float:
+def auto_learning_rate(
+    objective: str,
+    contrastive_loss: str,
+    steps_per_epoch: int = 1,
+    encoder_size: int = AUTO_RATE_REFERENCE_SIZE,
+) -> float:
     """What ``learning_rate="auto"`` of a sentence transformer means for ``objective``.
 
     Parameters
@@ -116,17 +126,22 @@ def auto_learning_rate(objective: str, contrastive_loss: str, steps_per_epoch: i
         The estimator's ``contrastive_loss``.
     steps_per_epoch : int, default=1
         Batches per epoch (:func:`in_batch_steps`); used by the in-batch losses only.
+    encoder_size : int, default=AUTO_RATE_REFERENCE_SIZE
+        The encoder's layers times its width; used by the in-batch losses only.
 
     Returns
     -------
     float
-        2e-5, or for an in-batch contrastive loss ``1e-4 * min(1, 24 / steps_per_epoch)``
-        and at least 2e-5: the same few updates of 1e-4 for a handful of texts, and as
-        the texts grow more, smaller steps (with 1e-4 at 64 texts per class, 120 steps at
-        batch 32, the encoder drifts: SST-2 dev accuracy 0.723 against 0.768 at 2e-5).
+        2e-5, or for an in-batch contrastive loss ``1e-4 * min(1, 24 / steps_per_epoch) *
+        min(1, 2304 / encoder_size)`` and at least 2e-5: the same few updates of 1e-4 for a
+        handful of texts, and as the texts grow more, smaller steps (with 1e-4 at 64 texts
+        per class, 120 steps at batch 32, the encoder drifts: SST-2 dev accuracy 0.723
+        against 0.768 at 2e-5); and smaller steps for an encoder larger than
+        all-MiniLM-L6-v2's 6 layers of 384 (2304), on which these were measured.
     """
     if objective == "contrastive" and contrastive_loss != "cosine":
         scale = min(1.0, AUTO_FULL_RATE_STEPS / max(1, steps_per_epoch))
+        scale *= min(1.0, AUTO_RATE_REFERENCE_SIZE / max(1, encoder_size))
         return max(AUTO_LEARNING_RATE["default"], AUTO_LEARNING_RATE["in-batch"] * scale)
     return AUTO_LEARNING_RATE["default"]
 
