@@ -19,11 +19,9 @@ from ._core.deprecations import fine_tune_constraint, read_fine_tune
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
 from ._estimator.contrastive import (
     CONTRASTIVE_PARAMETERS,
-    auto_learning_rate,
     contrastive_training,
-    in_batch_steps,
+    encoder_learning_rate,
     label_codes,
-    pairs_per_text,
 )
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
@@ -162,6 +160,10 @@ feature_fingerprint_ : str
     kept with the prediction caches).
 objective_ : str
     The training objective (when trained).
+learning_rate_ : float
+    The learning rate of the encoder's top layer that the last training used (when
+    trained): ``learning_rate``, or what ``"auto"`` resolved to for the objective, the
+    loss, the number of texts and the encoder's size.
 output_layer_ : torch.nn.Linear or None
     The trained output layer of a softmax objective (None for ``"cosine"``); not part of
     the vectors.
@@ -190,6 +192,7 @@ n_iter_ : int
         "normalize_",
         "feature_fingerprint_",
         "objective_",
+        "learning_rate_",
         "output_layer_",
         "classes_",
         "score_range_",
@@ -479,12 +482,10 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         if objective == "contrastive":  # streamed pairs (or balanced texts), their own loss
             make_batches, loss_fn = contrastive_training(self, enc_a, targets.numpy(), device)
 
-        if settings.learning_rate == "auto":  # of the loaded encoder's size
-            steps = in_batch_steps(len(first), pairs_per_text(self), self.batch_size)
-            shape = encoder.backbone.config
-            size = shape.num_hidden_layers * shape.hidden_size
-            rate = auto_learning_rate(objective, self.contrastive_loss, steps, size)
-            settings = dataclasses.replace(settings, learning_rate=rate)
+        rate = encoder_learning_rate(
+            self, settings.learning_rate, objective, len(first), encoder.backbone
+        )
+        settings = dataclasses.replace(settings, learning_rate=rate)  # "auto" resolved
         config = settings.loop_config(device, dtype, self.verbose)
         history = train(
             network,
@@ -499,6 +500,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self.network_ = network.encoder.eval()
         self.output_layer_ = None if network.output_layer is None else network.output_layer.cpu()
         self.objective_ = objective
+        self.learning_rate_ = settings.learning_rate
         self.loss_curve_ = history.loss_curve
         self.n_iter_ = history.n_iter
 

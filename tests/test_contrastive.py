@@ -586,11 +586,31 @@ def test_auto_rate_reads_the_size_of_the_loaded_encoder(tiny_bert, monkeypatch):
     monkeypatch.setattr(skbert.sentence, "train", recording)
     est = make(tiny_bert, learning_rate="auto", pairs_per_text=2, batch_size=4, max_epochs=1)
     est.fit(TEXTS, LABELS)
+    resolved = [est.learning_rate_]
     config = est.network_.backbone.config
     size = config.num_hidden_layers * config.hidden_size
     monkeypatch.setattr(contrastive, "AUTO_RATE_REFERENCE_SIZE", size // 2)
     est.fit(TEXTS, LABELS)
+    resolved.append(est.learning_rate_)
     assert seen == [pytest.approx(1e-4), pytest.approx(5e-5)]
+    assert resolved == seen  # the rate the loop trained at, as the fitted attribute
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"learning_rate": 3e-5}, 3e-5),  # a given rate, as given
+        ({"learning_rate": "auto", "contrastive_loss": "cosine"}, 2e-5),
+        ({"learning_rate": "auto", "objective": "softmax"}, 2e-5),
+    ],
+)
+def test_learning_rate_attribute_is_the_rate_trained_at(tiny_bert, params, expected):
+    est = make(tiny_bert, pairs_per_text=2, batch_size=4, max_epochs=1, **params)
+    est.fit(TEXTS, LABELS)
+    assert isinstance(est.learning_rate_, float)
+    assert est.learning_rate_ == pytest.approx(expected)
+    est.set_params(fine_tune="none").fit(TEXTS)  # not trained: no training rate
+    assert not hasattr(est, "learning_rate_")
 
 
 # ---------------------------------------------------------------------------- WiSE-FT

@@ -32,6 +32,7 @@ __all__ = [
     "CONTRASTIVE_PARAMETERS",
     "auto_learning_rate",
     "contrastive_training",
+    "encoder_learning_rate",
     "in_batch_steps",
     "label_codes",
     "pairs_per_text",
@@ -144,6 +145,34 @@ def auto_learning_rate(
         scale *= min(1.0, AUTO_RATE_REFERENCE_SIZE / max(1, encoder_size))
         return max(AUTO_LEARNING_RATE["default"], AUTO_LEARNING_RATE["in-batch"] * scale)
     return AUTO_LEARNING_RATE["default"]
+
+
+def encoder_learning_rate(estimator, learning_rate, objective: str, n_texts: int, backbone):
+    """The rate of the encoder's top layer that ``estimator``'s training uses.
+
+    Parameters
+    ----------
+    estimator : BertSentenceTransformer
+        Its ``contrastive_loss``, ``pairs_per_text`` and ``batch_size`` are read.
+    learning_rate : float or "auto"
+        The resolved training settings' rate.
+    objective : str
+        The resolved objective.
+    n_texts : int
+        Training texts (or pairs).
+    backbone : transformers.PreTrainedModel
+        The loaded encoder, whose layers times width :func:`auto_learning_rate` reads.
+
+    Returns
+    -------
+    float
+        ``learning_rate``, or :func:`auto_learning_rate`'s for this fit when it is "auto".
+    """
+    if learning_rate != "auto":
+        return float(learning_rate)
+    steps = in_batch_steps(n_texts, pairs_per_text(estimator), estimator.batch_size)
+    size = backbone.config.num_hidden_layers * backbone.config.hidden_size
+    return auto_learning_rate(objective, estimator.contrastive_loss, steps, size)
 
 
 def label_codes(y: np.ndarray, multilabel: bool) -> np.ndarray:
