@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import warnings
 from numbers import Integral, Real
@@ -20,8 +19,8 @@ from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
 from ._estimator.contrastive import (
     CONTRASTIVE_PARAMETERS,
     contrastive_training,
-    encoder_learning_rate,
     label_codes,
+    training_config,
 )
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
@@ -264,6 +263,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         "contrastive_loss": [StrOptions(set(CONTRASTIVE_LOSSES))],
         "pairs_per_text": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "learning_rate": [Interval(Real, 0, 1, closed="right"), StrOptions({"auto"})],
+        "train_dropout": ["boolean", StrOptions({"auto"})],
         "temperature": [Interval(Real, 0, None, closed="neither")],
         "wise_alpha": [Interval(Real, 0, 1, closed="both")],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
@@ -287,6 +287,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         contrastive_loss="batch-cosine",
         pairs_per_text="auto",
         temperature=0.1,
+        train_dropout="auto",
         wise_alpha=1.0,
         cnn_kernel_sizes=(1, 3, 5),
         cnn_channels=128,
@@ -322,6 +323,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self.contrastive_loss = contrastive_loss
         self.pairs_per_text = pairs_per_text
         self.temperature = temperature
+        self.train_dropout = train_dropout
         self.wise_alpha = wise_alpha
         self.cnn_kernel_sizes = cnn_kernel_sizes
         self.cnn_channels = cnn_channels
@@ -482,11 +484,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         if objective == "contrastive":  # streamed pairs (or balanced texts), their own loss
             make_batches, loss_fn = contrastive_training(self, enc_a, targets.numpy(), device)
 
-        rate = encoder_learning_rate(
-            self, settings.learning_rate, objective, len(first), encoder.backbone
+        config = training_config(
+            self, settings, objective, len(first), encoder.backbone, device=device, dtype=dtype
         )
-        settings = dataclasses.replace(settings, learning_rate=rate)  # "auto" resolved
-        config = settings.loop_config(device, dtype, self.verbose)
         history = train(
             network,
             loss_fn,
@@ -500,7 +500,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         self.network_ = network.encoder.eval()
         self.output_layer_ = None if network.output_layer is None else network.output_layer.cpu()
         self.objective_ = objective
-        self.learning_rate_ = settings.learning_rate
+        self.learning_rate_ = config.learning_rate
         self.loss_curve_ = history.loss_curve
         self.n_iter_ = history.n_iter
 

@@ -613,6 +613,96 @@ def test_learning_rate_attribute_is_the_rate_trained_at(tiny_bert, params, expec
     assert not hasattr(est, "learning_rate_")
 
 
+# ------------------------------------------------------------------------- train_dropout
+def training_modes(monkeypatch) -> list:
+    """Records, at every training step, the ``training`` flags of the encoder's modules."""
+    from skbert._training import loop
+
+    seen = []
+    real = loop.train
+
+    def recording(network, loss_fn, make_batches, config, **kwargs):
+        def recorded(net, batch):
+            seen.append({m.training for m in net.backbone.modules()})
+            return loss_fn(net, batch)
+
+        return real(network, recorded, make_batches, config, **kwargs)
+
+    monkeypatch.setattr(skbert.sentence, "train", recording)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("objective", "train_dropout", "dropout_on"),
+    [
+        ("contrastive", "auto", False),
+        ("contrastive", True, True),
+        ("softmax", "auto", True),
+        ("softmax", False, False),
+    ],
+)
+def test_train_dropout_auto_is_off_for_the_contrastive_objective_only(
+    tiny_bert, monkeypatch, objective, train_dropout, dropout_on
+):
+    seen = training_modes(monkeypatch)
+    est = make(tiny_bert, objective=objective, train_dropout=train_dropout, max_epochs=1)
+    est.fit(TEXTS, LABELS)
+    assert seen and all(flags == {dropout_on} for flags in seen)
+    assert not any(m.training for m in est.network_.modules())  # predicting: eval mode
+
+
+def with_dropout(model: str, p: float, folder) -> str:
+    """A copy of the checkpoint ``model`` in ``folder`` (files linked) whose configuration
+    sets every dropout probability to ``p``."""
+    import os
+
+    from transformers import AutoConfig
+
+    folder.mkdir()
+    for name in os.listdir(model):
+        if name != "config.json":
+            os.symlink(os.path.join(model, name), folder / name)
+    config = AutoConfig.from_pretrained(model)
+    for key, value in config.to_dict().items():
+        if "dropout" in key and isinstance(value, float):
+            setattr(config, key, p)
+    config.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        "tiny_bert",
+        "tiny_albert",
+        "tiny_distilbert",
+        "tiny_roberta",
+        "tiny_deberta",
+        "tiny_mpnet",
+        "tiny_modernbert",
+    ],
+)
+def test_train_dropout_changes_the_training_of_every_family(request, monkeypatch, tmp_path, family):
+    """Off, the encoder trains in eval mode, which is training with every dropout
+    probability of its configuration at 0 (ModernBERT's attention dropout, read from
+    ``self.training``, included), bit for bit; on, with its configuration's dropout."""
+    model = request.getfixturevalue(family)
+    dropping = with_dropout(model, 0.2, tmp_path / "dropping")
+    dropless = with_dropout(model, 0.0, tmp_path / "dropless")
+    seen = training_modes(monkeypatch)
+
+    def vectors(folder, train_dropout):
+        seen.clear()
+        est = make(folder, train_dropout=train_dropout, max_epochs=1, random_state=0)
+        out = est.fit(TEXTS, LABELS).transform(TEXTS)
+        assert seen and all(flags == {train_dropout} for flags in seen), family
+        return out
+
+    off = vectors(dropping, False)
+    np.testing.assert_array_equal(off, vectors(dropless, True))
+    assert not np.allclose(off, vectors(dropping, True)), family
+
+
 # ---------------------------------------------------------------------------- WiSE-FT
 def backbone_weights(est) -> dict:
     return {

@@ -69,6 +69,7 @@ class TrainingConfig:
     warmup_fraction: float = 0.1
     max_grad_norm: float = 1.0
     train_backbone: bool = True
+    backbone_dropout: bool = True  # False: the encoder trains in eval mode (no dropout)
     early_stopping: bool = False
     n_iter_no_change: int = 2
     verbose: int = 0
@@ -383,8 +384,8 @@ def _run_epoch(network, step_loss, batches, opt, config, plan, state, checkpoint
     """Train on this epoch's batches from ``state.position`` on; checkpoint when due."""
     batches = batches[: plan.total_steps - (state.step - state.position)]  # a short last epoch
     network.train()
-    if not config.train_backbone:
-        network.backbone.eval()  # frozen encoder: no dropout inside it
+    if not (config.train_backbone and config.backbone_dropout):
+        network.backbone.eval()  # frozen, or trained without its dropout
     bar = progress(
         batches[state.position :],
         desc=f"{plan.desc} epoch {state.epoch + 1}/{plan.n_epochs}",
