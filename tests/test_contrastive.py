@@ -651,6 +651,23 @@ def test_train_dropout_auto_is_off_for_the_contrastive_objective_only(
     assert not any(m.training for m in est.network_.modules())  # predicting: eval mode
 
 
+def test_train_dropout_auto_is_on_for_a_long_contrastive_fit(tiny_bert, monkeypatch):
+    from skbert._estimator import contrastive
+
+    seen = training_modes(monkeypatch)
+    est = make(tiny_bert, max_epochs=2)  # 10 texts x 4 passes / 8: 5 batches an epoch, 10 in all
+    est.fit(TEXTS, LABELS)
+    assert seen and all(flags == {False} for flags in seen)
+    monkeypatch.setattr(contrastive, "AUTO_DROPOUT_OFF_STEPS", 9)
+    seen.clear()
+    est.fit(TEXTS, LABELS)
+    assert seen and all(flags == {True} for flags in seen)
+    monkeypatch.setattr(contrastive, "AUTO_DROPOUT_OFF_STEPS", 10)
+    seen.clear()
+    est.fit(TEXTS, LABELS)
+    assert seen and all(flags == {False} for flags in seen)
+
+
 def with_dropout(model: str, p: float, folder) -> str:
     """A copy of the checkpoint ``model`` in ``folder`` (files linked) whose configuration
     sets every dropout probability to ``p``."""
