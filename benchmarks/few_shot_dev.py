@@ -74,8 +74,8 @@ SOUP = "soup"
 ENSEMBLE = "ensemble"
 #: the default loss, named: the tuning configurations below were measured over it and keep it
 #: whatever the default (its rows were named "default" when written; renamed "batch-cosine"),
-#: with the encoder's dropout on while it trains, as every configuration was fitted before
-#: ``train_dropout`` (whose "auto" turns it off for the contrastive objective: ``nodrop``)
+#: with the encoder's dropout on while it trains (``train_dropout``'s default), as every
+#: configuration was fitted before that parameter (``nodrop`` turns it off)
 DROPOUT = {"train_dropout": True}
 BATCH_COSINE = {"contrastive_loss": "batch-cosine", **DROPOUT}
 #: the configurations: BertSentenceTransformer parameters over skbert's defaults
@@ -105,7 +105,7 @@ CONFIGS = {
     "e2": {**BATCH_COSINE, "max_epochs": 2, "pairs_per_text": 15},
     "ens2": {**BATCH_COSINE, "pairs_per_text": 15, ENSEMBLE: 2},
     "triplet": {"contrastive_loss": "batch-hard-triplet", **DROPOUT},
-    "nodrop": {**BATCH_COSINE, "train_dropout": False},  # the "auto" of train_dropout
+    "nodrop": {**BATCH_COSINE, "train_dropout": False},
 }
 HELD_OUT_TREC = 800
 

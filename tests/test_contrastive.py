@@ -635,37 +635,21 @@ def training_modes(monkeypatch) -> list:
 @pytest.mark.parametrize(
     ("objective", "train_dropout", "dropout_on"),
     [
-        ("contrastive", "auto", False),
-        ("contrastive", True, True),
-        ("softmax", "auto", True),
+        ("contrastive", None, True),  # the default: on, as SetFit
+        ("contrastive", False, False),
+        ("softmax", None, True),
         ("softmax", False, False),
     ],
 )
-def test_train_dropout_auto_is_off_for_the_contrastive_objective_only(
+def test_train_dropout_is_on_unless_turned_off(
     tiny_bert, monkeypatch, objective, train_dropout, dropout_on
 ):
     seen = training_modes(monkeypatch)
-    est = make(tiny_bert, objective=objective, train_dropout=train_dropout, max_epochs=1)
+    given = {} if train_dropout is None else {"train_dropout": train_dropout}
+    est = make(tiny_bert, objective=objective, max_epochs=1, **given)
     est.fit(TEXTS, LABELS)
     assert seen and all(flags == {dropout_on} for flags in seen)
     assert not any(m.training for m in est.network_.modules())  # predicting: eval mode
-
-
-def test_train_dropout_auto_is_on_for_a_long_contrastive_fit(tiny_bert, monkeypatch):
-    from skbert._estimator import contrastive
-
-    seen = training_modes(monkeypatch)
-    est = make(tiny_bert, max_epochs=2)  # 10 texts x 4 passes / 8: 5 batches an epoch, 10 in all
-    est.fit(TEXTS, LABELS)
-    assert seen and all(flags == {False} for flags in seen)
-    monkeypatch.setattr(contrastive, "AUTO_DROPOUT_OFF_STEPS", 9)
-    seen.clear()
-    est.fit(TEXTS, LABELS)
-    assert seen and all(flags == {True} for flags in seen)
-    monkeypatch.setattr(contrastive, "AUTO_DROPOUT_OFF_STEPS", 10)
-    seen.clear()
-    est.fit(TEXTS, LABELS)
-    assert seen and all(flags == {False} for flags in seen)
 
 
 def with_dropout(model: str, p: float, folder) -> str:

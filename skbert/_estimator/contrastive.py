@@ -25,7 +25,6 @@ from .._training.pair_sampling import BalancedTextSampler, PairSampler
 from .parameter_docs import numpydoc_entries
 
 __all__ = [
-    "AUTO_DROPOUT_OFF_STEPS",
     "AUTO_FULL_RATE_STEPS",
     "AUTO_LEARNING_RATE",
     "AUTO_PAIRS_PER_TEXT",
@@ -61,11 +60,6 @@ AUTO_FULL_RATE_STEPS = 24
 #: 6 x 384. A larger encoder's rate is lowered in proportion (all-mpnet-base-v2, 12 x 768,
 #: lost 3.5 points at 1e-4 against 2e-5 on SST-2's dev set with 8 texts per class)
 AUTO_RATE_REFERENCE_SIZE = 6 * 384
-#: ``train_dropout="auto"`` turns the encoder's dropout off for a contrastive fit of up to this
-#: many batches (``pairs_per_text * n_texts / batch_size`` per epoch, times ``max_epochs``):
-#: held out, off was ahead on TREC at 45 to 180 batches (8 to 32 texts per class) and behind
-#: at 360 (64 per class), level on SST-2 at 15 to 120 (the user guide)
-AUTO_DROPOUT_OFF_STEPS = 250
 #: CoSENT's scale (Su 2022; sentence-transformers' CoSENTLoss default)
 COSENT_SCALE = 20.0
 
@@ -101,14 +95,13 @@ pairs_per_text : int or "auto", default="auto"
 temperature : float, default=0.1
     Temperature of ``contrastive_loss="supcon"`` (Khosla et al.: 0.1): the cosine
     similarities are divided by it. Lower values weigh the hardest negatives more.
-train_dropout : bool or "auto", default="auto"
+train_dropout : bool, default=True
     Whether the encoder's dropout (the probabilities of its configuration) is on while it
-    trains (``fine_tune="full"``); off, it trains as with every dropout probability at 0.
-    ``"auto"``: off for ``objective="contrastive"`` with up to 250 batches in all
-    (``max_epochs * pairs_per_text * n_texts / batch_size``: with the defaults, up to 266
-    texts), on otherwise. Held out, off was 0.6 to 1.7 points ahead on six-class TREC with
-    8 to 32 texts per class and level on SST-2, and 0.6 behind on TREC with 64 per class
-    (the user guide). Inference never drops anything.
+    trains (``fine_tune="full"``), as in SetFit and SBERT; False trains it as with every
+    dropout probability at 0. Held out, False was 0.6 to 1.7 points ahead on six-class
+    TREC with 8 to 32 texts per class and level on SST-2; on the test sets it was not
+    (the user guide): a hyperparameter to search, not the default. Inference never drops
+    anything.
 """
 )
 
@@ -184,22 +177,17 @@ def training_config(estimator, settings, objective: str, n_texts: int, backbone,
     -------
     TrainingConfig
         With ``learning_rate`` the settings' rate, or :func:`auto_learning_rate`'s for this
-        fit when it is "auto", and ``backbone_dropout`` ``train_dropout`` resolved (off for
-        a contrastive fit of up to :data:`AUTO_DROPOUT_OFF_STEPS` batches, else on).
+        fit when it is "auto", and ``backbone_dropout`` the estimator's ``train_dropout``.
     """
     steps = in_batch_steps(n_texts, pairs_per_text(estimator), estimator.batch_size)
     rate = settings.learning_rate
     if rate == "auto":
         size = backbone.config.num_hidden_layers * backbone.config.hidden_size
         rate = auto_learning_rate(objective, estimator.contrastive_loss, steps, size)
-    dropout = estimator.train_dropout
-    if dropout == "auto":
-        short = steps * settings.max_epochs <= AUTO_DROPOUT_OFF_STEPS
-        dropout = not (objective == "contrastive" and short)
     return settings.loop_config(
         verbose=estimator.verbose,
         learning_rate=float(rate),
-        backbone_dropout=bool(dropout),
+        backbone_dropout=bool(estimator.train_dropout),
         **loop,
     )
 
