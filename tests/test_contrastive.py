@@ -665,8 +665,11 @@ def with_dropout(model: str, p: float, folder) -> str:
             os.symlink(os.path.join(model, name), folder / name)
     config = AutoConfig.from_pretrained(model)
     for key, value in config.to_dict().items():
-        if "dropout" in key and isinstance(value, float):
+        # a number, not only a float: transformers 4.46's ALBERT defaults are the int 0
+        if "dropout" in key and isinstance(value, (int, float)) and not isinstance(value, bool):
             setattr(config, key, p)
+    set_to = {k: v for k, v in config.to_dict().items() if "dropout" in k and v is not None}
+    assert set_to and all(v == p for v in set_to.values()), set_to
     config.save_pretrained(folder)
     return str(folder)
 
