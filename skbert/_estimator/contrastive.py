@@ -97,9 +97,9 @@ temperature : float, default=0.1
     similarities are divided by it. Lower values weigh the hardest negatives more.
 train_dropout : bool, default=True
     Whether the encoder's dropout (the probabilities of its configuration) is on while it
-    trains (``fine_tune="full"``), as in SetFit and SBERT; False trains it as with every
-    dropout probability at 0. Held out, False was 0.6 to 1.7 points ahead on six-class
-    TREC with 8 to 32 texts per class and level on SST-2; on the test sets it was not
+    trains (``fine_tune="full"``, any objective), as in SetFit and SBERT; False trains it
+    as with every dropout probability at 0. Held out, False was 0.6 to 1.7 points ahead on
+    six-class TREC with 8 to 32 texts per class and level on SST-2; on the test sets it was not
     (the user guide): a hyperparameter to search, not the default. Inference never drops
     anything.
 """
@@ -179,9 +179,9 @@ def training_config(estimator, settings, objective: str, n_texts: int, backbone,
         With ``learning_rate`` the settings' rate, or :func:`auto_learning_rate`'s for this
         fit when it is "auto", and ``backbone_dropout`` the estimator's ``train_dropout``.
     """
-    steps = in_batch_steps(n_texts, pairs_per_text(estimator), estimator.batch_size)
     rate = settings.learning_rate
     if rate == "auto":
+        steps = in_batch_steps(n_texts, pairs_per_text(estimator), estimator.batch_size)
         size = backbone.config.num_hidden_layers * backbone.config.hidden_size
         rate = auto_learning_rate(objective, estimator.contrastive_loss, steps, size)
     return settings.loop_config(
