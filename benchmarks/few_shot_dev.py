@@ -23,6 +23,14 @@ time) or 30 (twice).
 
 ``SetFit`` runs SetFit 1.2 with its defaults (``bench_few_shot.fit_setfit``) on the same draws.
 
+``--heads`` scores each fit (skbert's encoder, or SetFit's trained body) with several
+scikit-learn heads on its vectors for the cost of one training: ``lr`` (the
+``LogisticRegression()`` of the pipeline and of SetFit, always scored, and checked against the
+row of an earlier run of the same fit), ``lr-c0.1`` ... ``lr-c100`` (another ``C``), ``lrcv``
+(``LogisticRegressionCV``: ``C`` chosen by stratified cross-validation on the labelled texts),
+``centroid`` (``NearestCentroid``) and ``svc`` (``LinearSVC``). A row records its ``head``;
+rows without one are of ``lr``.
+
 ``--model`` fits another encoder than the packaged all-MiniLM-L6-v2 (a hub id in the local
 Hugging Face cache, or a folder), skbert's and SetFit's alike; its rows carry the model, and the
 report labels them ``config/model`` (the last part of its name).
@@ -108,6 +116,29 @@ CONFIGS = {
     "nodrop": {**BATCH_COSINE, "train_dropout": False},
 }
 HELD_OUT_TREC = 800
+#: the heads ``--heads`` may score: the LogisticRegression of the pipeline (and SetFit's) is lr
+HEADS = ("lr", "lr-c0.1", "lr-c10", "lr-c100", "lrcv", "centroid", "svc")
+
+
+def make_head(name: str, per_class: int):
+    """The unfitted scikit-learn head ``name`` for ``per_class`` labelled texts of each class."""
+    from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.neighbors import NearestCentroid
+    from sklearn.svm import LinearSVC
+
+    if name == "lr":
+        return LogisticRegression()
+    if name.startswith("lr-c"):
+        return LogisticRegression(C=float(name[len("lr-c") :]))
+    if name == "lrcv":  # accuracy over the folds (its default scoring in scikit-learn < 1.11)
+        folds = StratifiedKFold(min(5, per_class), shuffle=True, random_state=0)
+        return LogisticRegressionCV(cv=folds, scoring="accuracy")
+    if name == "centroid":
+        return NearestCentroid()
+    if name == "svc":
+        return LinearSVC()
+    raise ValueError(f"head={name!r}: choose among {HEADS}")
 
 
 def floored_decay(n_texts: int, decay: float = 0.9, floor: float = 2e-5) -> float:
@@ -142,6 +173,12 @@ def parse_args(argv=None):
         "one training per fit)",
     )
     parser.add_argument(
+        "--heads",
+        default="lr",
+        help=f"heads each fit is scored with, among {HEADS} (comma-separated; one training "
+        "per fit; lr is always scored)",
+    )
+    parser.add_argument(
         "--model",
         default=None,
         help="hub id (in the local Hugging Face cache) or folder of the encoder; default: "
@@ -170,6 +207,15 @@ def parse_args(argv=None):
         parser.error("--configs lld-floor: the packaged all-MiniLM-L6-v2 only, not --model")
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.wise_alphas = [float(a) for a in args.wise_alphas.split(",")]
+    args.heads = ["lr", *(h.strip() for h in args.heads.split(",") if h.strip() != "lr")]
+    if sorted(set(args.heads) - set(HEADS)):
+        parser.error(f"--heads: unknown {sorted(set(args.heads) - set(HEADS))}; among {HEADS}")
+    plain = {c for c in args.configs if c == "SetFit" or not callable(CONFIGS[c])}
+    if len(args.heads) > 1 and (
+        args.wise_alphas != [1.0]
+        or any({WITH_PRETRAINED, SOUP, ENSEMBLE} & set(CONFIGS[c]) for c in plain if c != "SetFit")
+    ):
+        parser.error("--heads: with plain fits only (no --wise-alphas, union, soup or ensemble)")
     if any(not 0 <= a <= 1 for a in args.wise_alphas):
         parser.error(f"--wise-alphas: each in [0, 1], got {args.wise_alphas}")
     first, _, last = args.seeds.partition("-")
@@ -212,8 +258,11 @@ def one_fit(job: dict) -> list[dict]:
         return float(np.mean(predicted == y_held.astype(str)))
 
     alphas = job.pop("wise_alphas")
+    heads = job.pop("heads", ["lr"])
     if job["config"] == "SetFit":
         model, seconds = fit_setfit(X[pick], y[pick], job["seed"], model=model_dir)
+        if len(heads) > 1:  # SetFit's trained body, then each head on its vectors
+            return headed(job, model.encode, X[pick], y[pick], X_held, y_held, heads, seconds)
         return [{**job, "accuracy": scored(model), "seconds": seconds, "cpu": cpu_model()}]
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline, make_union
@@ -235,6 +284,19 @@ def one_fit(job: dict) -> list[dict]:
         )
         seconds = time.perf_counter() - start  # with the held-out predictions
         return [{**job, "accuracy": accuracy, "seconds": seconds, "cpu": cpu_model()}]
+    if len(heads) > 1:  # the encoder, then each head on its vectors
+        encoder = BertSentenceTransformer(
+            model_dir,
+            fine_tune="full",
+            objective="contrastive",
+            random_state=job["seed"],
+            **settings,
+        )
+        start = time.perf_counter()
+        encoder.fit(X[pick], y[pick])
+        seconds = time.perf_counter() - start
+        rows = headed(job, encoder.transform, X[pick], y[pick], X_held, y_held, heads, seconds)
+        return [{**row, "wise_alpha": 1.0} for row in rows]
     rows = []
     with tempfile.TemporaryDirectory() as state:
         for alpha in alphas:  # the first trains; the others reread the finished checkpoint
@@ -256,6 +318,20 @@ def one_fit(job: dict) -> list[dict]:
             seconds = rows[0]["seconds"] if rows else time.perf_counter() - start
             row = {**job, "wise_alpha": alpha, "accuracy": scored(model), "seconds": seconds}
             rows.append({**row, "cpu": cpu_model()})
+    return rows
+
+
+def headed(job, encode, X, y, X_held, y_held, heads, seconds) -> list[dict]:
+    """A row per head: each fitted on ``encode(X)`` and scored on ``encode(X_held)``; the
+    ``seconds`` of the encoder's training (the heads' are under a second)."""
+    train, held = encode(list(X)), encode(list(X_held))
+    per_class = int(min(np.unique(np.asarray(y).astype(str), return_counts=True)[1]))
+    rows = []
+    for name in heads:
+        head = make_head(name, per_class).fit(train, np.asarray(y).astype(str))
+        accuracy = float(np.mean(head.predict(held) == np.asarray(y_held).astype(str)))
+        row = {**job, "accuracy": accuracy, "seconds": seconds, "cpu": cpu_model()}
+        rows.append(row if name == "lr" else {**row, "head": name})
     return rows
 
 
@@ -324,14 +400,17 @@ def ensembled(X, y, model_dir: str, seed: int, members: int, settings: dict, sco
 
 def key_of(row: dict) -> tuple:
     alpha = None if row["config"] == "SetFit" else row.get("wise_alpha", 1.0)
-    return row["config"], row["dataset"], row["size"], row["seed"], alpha, row.get("model")
+    model, head = row.get("model"), row.get("head", "lr")
+    return row["config"], row["dataset"], row["size"], row["seed"], alpha, model, head
 
 
 def label_of(row: dict) -> str:
-    """The configuration's name, with its ``wise_alpha`` unless 1 (or SetFit), and its
-    ``/model`` unless the packaged all-MiniLM-L6-v2."""
-    alpha = key_of(row)[-2]
+    """The configuration's name, with its ``wise_alpha`` unless 1 (or SetFit), its ``+head``
+    unless lr, and its ``/model`` unless the packaged all-MiniLM-L6-v2."""
+    alpha = key_of(row)[4]
     label = row["config"] if alpha in (None, 1.0) else f"{row['config']}@{alpha:g}"
+    if row.get("head", "lr") != "lr":
+        label += "+" + row["head"]
     if row.get("model"):
         label += "/" + row["model"].rstrip("/").rsplit("/", 1)[-1]
     return label
@@ -363,7 +442,11 @@ def report(rows: list[dict], baseline: str = "batch-cosine") -> None:
     cpus = sorted({row["cpu"] for row in rows})
     print(f"\nheld-out accuracy, all-MiniLM-L6-v2 unless /model; CPU: {', '.join(cpus)}")
     print(f"config@a: wise_alpha=a (none: 1, the trained weights); {baseline!r} at wise_alpha=1")
-    header = f"{'data':<6}{'n/class':>8}  {'config':<14}{'draws':>6}{'accuracy':>10}{'fit s':>8}"
+    print("config+head: that head on the fit's vectors (none: lr, the LogisticRegression)")
+    width = max(14, *(len(label) + 2 for _, _, label in table))
+    header = (
+        f"{'data':<6}{'n/class':>8}  {'config':<{width}}{'draws':>6}{'accuracy':>10}{'fit s':>8}"
+    )
     print(f"{header}  {'vs ' + baseline:<30}vs SetFit")
     for (dataset, size, config), accuracies in sorted(table.items()):
         model = config.partition("/")[2]  # paired with the same model's rows
@@ -374,7 +457,8 @@ def report(rows: list[dict], baseline: str = "batch-cosine") -> None:
         fit_s = np.mean(seconds[dataset, size, config])
         name = config.partition("/")[0]
         print(
-            f"{dataset:<6}{size:>8}  {config:<14}{len(accuracies):>6}{mean:>10.3f}{fit_s:>8.1f}  "
+            f"{dataset:<6}{size:>8}  {config:<{width}}{len(accuracies):>6}{mean:>10.3f}"
+            f"{fit_s:>8.1f}  "
             f"{paired(accuracies, base) if name != baseline else '-':<30}"
             f"{paired(accuracies, setfit) if name != 'SetFit' else '-'}"
         )
@@ -392,8 +476,13 @@ def main(argv=None):
                 job["model"] = args.model
             alphas = [None] if config == "SetFit" else args.wise_alphas
             missing = [a for a in alphas if key_of({**job, "wise_alpha": a}) not in done]
-            if missing:
-                jobs.append({**job, "wise_alphas": missing, "data_home": args.data_home})
+            if len(args.heads) > 1:  # one training scores every head, lr included
+                heads = [h for h in args.heads if key_of({**job, "head": h}) not in done]
+                if heads:
+                    jobs.append({**job, "wise_alphas": [1.0], "heads": args.heads})
+            elif missing:
+                jobs.append({**job, "wise_alphas": missing})
+        jobs = [{**job, "data_home": args.data_home} for job in jobs]
         print(f"{len(jobs)} fits to run, {len(rows)} rows in {args.results}", flush=True)
         context = multiprocessing.get_context("spawn")
         os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
@@ -404,6 +493,17 @@ def main(argv=None):
                 for row in future.result():
                     row = {k: v for k, v in row.items() if k != "data_home"}
                     row["when"] = time.strftime("%Y-%m-%d %H:%M")
+                    earlier = [r for r in rows if key_of(r) == key_of(row)]
+                    if earlier:  # a head's refit of a fit already there: not written again
+                        same = earlier[-1]["accuracy"] == row["accuracy"]
+                        print(
+                            f"  {row['dataset']} {row['size']}/class seed {row['seed']} "
+                            f"{label_of(row)}: {row['accuracy']:.3f}, the earlier row's "
+                            f"{earlier[-1]['accuracy']:.3f}: "
+                            + ("reproduced" if same else "DIFFERS"),
+                            flush=True,
+                        )
+                        continue
                     print(
                         f"  {row['dataset']} {row['size']}/class seed {row['seed']} "
                         f"{label_of(row)}: {row['accuracy']:.3f} ({row['seconds']:.0f} s)",
