@@ -40,7 +40,7 @@ __all__ = [
 
 #: ``pairs_per_text="auto"`` per ``contrastive_loss``: SetFit's ``num_iterations`` for its
 #: pair loss; for the in-batch losses, batches per text (measured on held-out training texts
-#: of SST-2 and TREC, 16 per class: the user guide)
+#: of SST-2 and TREC, 16 per class: benchmarks/README.md)
 AUTO_PAIRS_PER_TEXT = {
     "cosine": 20,
     "batch-cosine": 30,
@@ -53,7 +53,8 @@ AUTO_PAIRS_PER_TEXT = {
 #: for the in-batch contrastive losses (see :func:`auto_learning_rate`), whose epoch has
 #: ``pairs_per_text * n / batch_size`` steps, each training every pair of its batch: 1e-4 for
 #: an epoch of up to ``AUTO_FULL_RATE_STEPS`` steps, lowered in proportion to the steps
-#: beyond, down to 2e-5 (measured on SST-2's dev set, 8 to 64 texts per class: the user guide)
+#: beyond, down to 2e-5 (measured on SST-2's dev set, 8 to 64 texts per class:
+#: benchmarks/README.md)
 AUTO_LEARNING_RATE = {"default": 2e-5, "in-batch": 1e-4}
 AUTO_FULL_RATE_STEPS = 24
 #: the encoder those in-batch rates were measured on, as layers x width: all-MiniLM-L6-v2's
