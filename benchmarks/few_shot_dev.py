@@ -210,11 +210,14 @@ def parse_args(argv=None):
     args.heads = ["lr", *(h.strip() for h in args.heads.split(",") if h.strip() != "lr")]
     if sorted(set(args.heads) - set(HEADS)):
         parser.error(f"--heads: unknown {sorted(set(args.heads) - set(HEADS))}; among {HEADS}")
-    plain = {c for c in args.configs if c == "SetFit" or not callable(CONFIGS[c])}
-    if len(args.heads) > 1 and (
-        args.wise_alphas != [1.0]
-        or any({WITH_PRETRAINED, SOUP, ENSEMBLE} & set(CONFIGS[c]) for c in plain if c != "SetFit")
-    ):
+    combined = [  # configurations whose fit is not one encoder and its LogisticRegression
+        c
+        for c in args.configs
+        if c != "SetFit"
+        and not callable(CONFIGS[c])
+        and {WITH_PRETRAINED, SOUP, ENSEMBLE} & set(CONFIGS[c])
+    ]
+    if len(args.heads) > 1 and (args.wise_alphas != [1.0] or combined):
         parser.error("--heads: with plain fits only (no --wise-alphas, union, soup or ensemble)")
     if any(not 0 <= a <= 1 for a in args.wise_alphas):
         parser.error(f"--wise-alphas: each in [0, 1], got {args.wise_alphas}")
@@ -285,13 +288,7 @@ def one_fit(job: dict) -> list[dict]:
         seconds = time.perf_counter() - start  # with the held-out predictions
         return [{**job, "accuracy": accuracy, "seconds": seconds, "cpu": cpu_model()}]
     if len(heads) > 1:  # the encoder, then each head on its vectors
-        encoder = BertSentenceTransformer(
-            model_dir,
-            fine_tune="full",
-            objective="contrastive",
-            random_state=job["seed"],
-            **settings,
-        )
+        encoder = member_encoder(model_dir, job["seed"], settings)
         start = time.perf_counter()
         encoder.fit(X[pick], y[pick])
         seconds = time.perf_counter() - start
@@ -325,11 +322,12 @@ def headed(job, encode, X, y, X_held, y_held, heads, seconds) -> list[dict]:
     """A row per head: each fitted on ``encode(X)`` and scored on ``encode(X_held)``; the
     ``seconds`` of the encoder's training (the heads' are under a second)."""
     train, held = encode(list(X)), encode(list(X_held))
-    per_class = int(min(np.unique(np.asarray(y).astype(str), return_counts=True)[1]))
+    y, y_held = np.asarray(y).astype(str), np.asarray(y_held).astype(str)
+    per_class = int(min(np.unique(y, return_counts=True)[1]))
     rows = []
     for name in heads:
-        head = make_head(name, per_class).fit(train, np.asarray(y).astype(str))
-        accuracy = float(np.mean(head.predict(held) == np.asarray(y_held).astype(str)))
+        head = make_head(name, per_class).fit(train, y)
+        accuracy = float(np.mean(head.predict(held) == y_held))
         row = {**job, "accuracy": accuracy, "seconds": seconds, "cpu": cpu_model()}
         rows.append(row if name == "lr" else {**row, "head": name})
     return rows
@@ -468,7 +466,7 @@ def main(argv=None):
     args = parse_args(argv)
     rows = read_rows(args.results)
     if not args.report:
-        done = {key_of(row) for row in rows}
+        done = {key_of(row): row for row in rows}  # the last row of a fit
         jobs = []
         for size, seed, config in itertools.product(args.sizes, args.seeds, args.configs):
             job = {"config": config, "dataset": args.dataset, "size": size, "seed": seed}
@@ -477,8 +475,7 @@ def main(argv=None):
             alphas = [None] if config == "SetFit" else args.wise_alphas
             missing = [a for a in alphas if key_of({**job, "wise_alpha": a}) not in done]
             if len(args.heads) > 1:  # one training scores every head, lr included
-                heads = [h for h in args.heads if key_of({**job, "head": h}) not in done]
-                if heads:
+                if any(key_of({**job, "head": h}) not in done for h in args.heads):
                     jobs.append({**job, "wise_alphas": [1.0], "heads": args.heads})
             elif missing:
                 jobs.append({**job, "wise_alphas": missing})
@@ -493,14 +490,13 @@ def main(argv=None):
                 for row in future.result():
                     row = {k: v for k, v in row.items() if k != "data_home"}
                     row["when"] = time.strftime("%Y-%m-%d %H:%M")
-                    earlier = [r for r in rows if key_of(r) == key_of(row)]
+                    earlier = done.get(key_of(row))
                     if earlier:  # a head's refit of a fit already there: not written again
-                        same = earlier[-1]["accuracy"] == row["accuracy"]
+                        same = earlier["accuracy"] == row["accuracy"]
                         print(
                             f"  {row['dataset']} {row['size']}/class seed {row['seed']} "
                             f"{label_of(row)}: {row['accuracy']:.3f}, the earlier row's "
-                            f"{earlier[-1]['accuracy']:.3f}: "
-                            + ("reproduced" if same else "DIFFERS"),
+                            f"{earlier['accuracy']:.3f}: " + ("reproduced" if same else "DIFFERS"),
                             flush=True,
                         )
                         continue
@@ -512,6 +508,7 @@ def main(argv=None):
                     with open(args.results, "a", encoding="utf-8") as out:
                         out.write(json.dumps(row) + "\n")
                     rows.append(row)
+                    done[key_of(row)] = row
     report(rows, args.baseline)
 
 
