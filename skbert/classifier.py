@@ -107,7 +107,7 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
     >>> X, y = load_demo_sentiment(return_X_y=True)
     >>> clf = BertTextClassifier(max_length=64, max_epochs=2, random_state=0)
     >>> clf.fit(X[:200], y[:200]).score(X[200:], y[200:])  # doctest: +SKIP
-    0.84
+    0.685
     """
 
     _parameter_constraints: dict = {
@@ -228,6 +228,13 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
         )
         if self.early_stopping:
             check_validation_split(y, self.validation_fraction, multilabel=multilabel)
+        if isinstance(self.class_weight, dict) and not multilabel:  # before any work is done
+            unknown = set(self.class_weight) - set(np.unique(y).tolist())
+            if unknown:
+                raise ValueError(
+                    f"class_weight has labels {sorted(unknown, key=str)} that are not in y; "
+                    f"classes are {np.unique(y).tolist()}."
+                )
         return y
 
     def _learn_targets(self, y, continuing):
@@ -267,12 +274,6 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
         present = np.arange(len(self.classes_))
         if self.class_weight == "balanced":
             return compute_class_weight("balanced", classes=present, y=y_encoded)
-        unknown = set(self.class_weight) - set(self.classes_.tolist())
-        if unknown:
-            raise ValueError(
-                f"class_weight has labels {sorted(unknown, key=str)} that are not in y; "
-                f"classes are {list(self.classes_)}."
-            )
         return np.array([self.class_weight.get(c, 1.0) for c in self.classes_.tolist()])
 
     def _training_loss(self, targets, device):

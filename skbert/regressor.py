@@ -127,7 +127,7 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
     >>> X, y = load_stsb("train", return_X_y=True)  # sentence pairs, scores 0 to 5
     >>> reg = BertTextRegressor(max_epochs=1, batch_size=16, random_state=0)
     >>> reg.fit(X[:1000], y[:1000]).score(X[1000:1200], y[1000:1200])  # doctest: +SKIP
-    0.7
+    0.519
     """
 
     _parameter_constraints: dict = {

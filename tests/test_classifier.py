@@ -1,5 +1,6 @@
 """BertTextClassifier on the tiny BERT and ALBERT fixtures."""
 
+import copy
 import pickle
 import warnings
 
@@ -13,6 +14,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 
 from skbert import BertTextClassifier
+from skbert._estimator import supervised
 from skbert._nn.backbone import load_backbone
 
 POS = ["great film , love it", "a very good movie", "good dog", "love the cat", "great movie"]
@@ -162,6 +164,23 @@ def test_early_stopping_restores_the_best_epoch(tiny_bert):
     assert stale <= 2
 
 
+def test_early_stopping_scores_each_epoch_with_its_own_weights(tiny_bert, monkeypatch):
+    """A validation pass during training predicts what a fresh copy of that epoch's network
+    predicts: the CPU inference plans of the packed weights are rebuilt after each update."""
+    real = supervised.predict_rows
+    passes = []
+
+    def compared(network, *args, **kwargs):
+        got = real(network, *args, **kwargs)
+        passes.append(np.array_equal(got, real(copy.deepcopy(network), *args, **kwargs)))
+        return got
+
+    monkeypatch.setattr(supervised, "predict_rows", compared)
+    clf = make(tiny_bert, max_epochs=3, early_stopping=True, validation_fraction=0.4)
+    clf.fit(X, Y)
+    assert passes == [True] * 3
+
+
 def test_class_weight(tiny_bert):
     y = np.array(["pos"] * 8 + ["neg"] * 2, dtype=object)
     plain = make(tiny_bert, max_epochs=2).fit(X, y)
@@ -171,6 +190,20 @@ def test_class_weight(tiny_bert):
     assert dict_weighted.predict_proba(X)[:, 0].mean() > plain.predict_proba(X)[:, 0].mean()
     with pytest.raises(ValueError, match="class_weight has labels \\['neutral'\\]"):
         make(tiny_bert, class_weight={"neutral": 2.0}).fit(X, y)
+
+
+def test_configuration_errors_come_before_the_model_loads(tiny_bert, monkeypatch):
+    """What y and X alone show wrong is refused before the encoder loads (and before
+    ``mlm_steps`` train it)."""
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the encoder was loaded before the error")
+
+    monkeypatch.setattr(BertTextClassifier, "_build_encoder", loaded)
+    with pytest.raises(ValueError, match="class_weight has labels \\['neutral'\\]"):
+        make(tiny_bert, class_weight={"neutral": 2.0}, mlm_steps=5).fit(X, Y)
+    with pytest.raises(ValueError, match="truncation='chunks' .* sentence pairs"):
+        make(tiny_bert, truncation="chunks", mlm_steps=5).fit(np.stack([X, X], axis=1), Y)
 
 
 def test_multilabel(tiny_model):

@@ -10,6 +10,7 @@ on the same found_inf flag): the same errors at the same steps, weights left as 
 step. snapshot: the RNG state's encoding.
 """
 
+import itertools
 import math
 import re
 import warnings
@@ -426,6 +427,27 @@ def test_cpu_training_uses_fused_adamw_where_torch_has_it():
     opt = loop._optimisation(network, config(), total_steps=4)
     assert opt.optimizer.defaults.get("fused") is (True if _cpu_has_fused_adamw() else None)
     assert opt.check_every == 1  # the host checks each CPU step before its update
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_every_step_counts_a_version_of_the_weights_it_changes(monkeypatch, fused):
+    """What caches a weight by its version (the CPU inference plans) sees each update, also
+    fused AdamW's, which writes in place without counting one."""
+    if fused and not _cpu_has_fused_adamw():
+        pytest.skip("fused AdamW on the CPU needs torch >= 2.4")
+    monkeypatch.setattr(loop, "_cpu_fused_adamw", lambda: fused)
+    network = Net()
+    versions = []
+
+    def recorded(net, batch):
+        versions.append([p._version for p in net.parameters()])
+        return loss_fn(net, batch)
+
+    train(network, recorded, make_batches, config())
+    versions.append([p._version for p in network.parameters()])
+    assert len(versions) > 2
+    for before, after in itertools.pairwise(versions):
+        assert all(b < a for b, a in zip(before, after, strict=True))
 
 
 def test_fused_and_unfused_adamw_train_to_the_same_weights_within_rounding(monkeypatch):

@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._core.deprecations import fine_tune_constraint
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.network import TaskNetwork
+from .._text.encoding import refuse_chunked_pairs
 from .._training.loop import length_grouped_batches, train
 from .base import BertEstimatorBase
 from .training_settings import resolve_training_settings
@@ -110,6 +111,7 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
 
     def _fit(self, X, y):
         first, second = check_texts(X)
+        refuse_chunked_pairs(second, self.truncation == "chunks")  # before any work is done
         y = self._check_targets(y, len(first))
         continuing = self._continuing()
         if continuing and self.pairs_ != (second is not None):

@@ -29,6 +29,7 @@ __all__ = [
     "pad_features",
     "pad_rows",
     "plain_backend",
+    "refuse_chunked_pairs",
     "row_blocks",
     "stack_rows",
     "text_windows",
@@ -161,13 +162,19 @@ def encode_texts(tokenizer, specials, first, second=None, *, readout) -> Encoded
     ValueError
         For sentence pairs with ``truncation="chunks"``.
     """
-    if second is not None and readout.chunked:
+    if second is not None:
+        refuse_chunked_pairs(second, readout.chunked)
+    with _collection_paused():
+        return _encode(tokenizer, specials, first, second, readout)
+
+
+def refuse_chunked_pairs(second, chunked: bool) -> None:
+    """Raise for sentence pairs (``second`` not None) read with ``truncation="chunks"``."""
+    if second is not None and chunked:
         raise ValueError(
             "truncation='chunks' splits single long texts and does not apply to sentence "
             "pairs; use 'head', 'tail' or 'head+tail' for pairs."
         )
-    with _collection_paused():
-        return _encode(tokenizer, specials, first, second, readout)
 
 
 @contextlib.contextmanager

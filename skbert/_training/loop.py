@@ -448,6 +448,12 @@ def _step(step_loss, batch, opt: _Optimisation, config, checks, read) -> None:
     finally:
         if skip is not None:
             del opt.optimizer.found_inf
+    if opt.optimizer.defaults.get("fused"):
+        # fused AdamW writes the weights in place without counting a version, so what keys
+        # on versions (the CPU inference plans of packed weights, read by a validation pass
+        # during training) would take a changed weight for the one it packed
+        for param in opt.params:
+            torch.autograd.graph.increment_version(param)
     opt.scaler.update()
     if not opt.scaler.is_enabled():
         opt.scheduler.step()
