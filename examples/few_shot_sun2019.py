@@ -16,8 +16,8 @@ compares
 * **contrastive**: SetFit's recipe inside a ``Pipeline``: ``BertSentenceTransformer(
   fine_tune="full", objective="contrastive")`` pulls the vectors of same-label sentences
   together and pushes the others apart (its defaults: every pair of label-balanced batches of
-  32 sentences, each sentence in about 30 of them), then ``LogisticRegression`` on the
-  trained vectors.
+  32 sentences, each sentence in about 30 of them once there are 32 or more), then
+  ``LogisticRegression`` on the trained vectors.
 
 Accuracy is on the 872 SST-2 dev sentences; sizes up to 64 average three draws. Small sets get
 more epochs (at least about 400 sentences seen, i.e. 25 steps) so that fine-tuning is not starved

@@ -24,15 +24,13 @@ from ._estimator.contrastive import (
 )
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
-from ._estimator.objectives import resolve_objective
+from ._estimator.objectives import resolve_objective, warn_untrained_objective
 from ._estimator.parameter_docs import INT8_PRECISION, document, numpydoc_entries
 from ._estimator.targets import check_class_labels, check_gold_scores, check_scores
 from ._estimator.training_settings import resolve_training_settings
 from ._estimator.validation import check_texts
 from ._estimator.wise_ft import WISE_PARAMETERS, average_back, starting_weights
-from ._nn.backbone import (
-    DEFAULT_MODEL,
-)
+from ._nn.backbone import DEFAULT_MODEL
 from ._nn.contrastive_losses import CONTRASTIVE_LOSSES
 from ._nn.network import SiameseNetwork
 from ._training.loop import length_grouped_batches, train
@@ -53,8 +51,7 @@ pooling : {"cls", "mean", "max", "cnn", "pooler"}, default="mean"
     they are, not assembled from the per-layer cache.
 chunk_pooling : {"mean", "max", "attention"}, default="mean"
     How the window vectors of one text are combined with ``truncation="chunks"``.
-    ``"attention"`` (Sun et al.'s hierarchical self-attention) has weights and needs
-    training.
+    ``"attention"`` (Sun et al.'s hierarchical self-attention) has weights to train.
 normalize : "auto" or bool, default="auto"
     Scale each vector to unit L2 norm. ``"auto"`` does what the checkpoint's own
     sentence-embedding pipeline does: True when its ``modules.json`` (a
@@ -67,19 +64,20 @@ fine_tune : {"none", "top", "full"}, default="none"
     CNN pooling, chunk attention, the output layer). ``"head"`` is the deprecated
     spelling of ``"top"``.
 objective : {"auto", "cosine", "pair-softmax", "softmax", "contrastive"}, default="auto"
-    Training objective; ``"auto"`` follows the data (see :meth:`fit`). ``"contrastive"``
-    (single texts with class labels, or a multi-label 0/1 indicator ``y``) trains the
-    vectors themselves, SetFit-style: texts of a shared label close, others apart
-    (``contrastive_loss``); fit a classifier on them next in a ``Pipeline``.
+    Training objective; ``"auto"`` follows the data (see :meth:`fit`); ignored, with a
+    warning if set, when ``fine_tune="none"``. ``"contrastive"`` (single texts with class
+    labels, or a multi-label 0/1 indicator ``y``) trains the vectors themselves, SetFit-style:
+    texts of a shared label close, others apart (``contrastive_loss``); fit a classifier on
+    them next in a ``Pipeline``.
 learning_rate : float or "auto", default="auto"
     AdamW learning rate of the encoder's top layer. ``"auto"``: 2e-5 (SBERT's), except for
-    ``objective="contrastive"`` with an in-batch loss (all but ``"cosine"``),
-    whose epochs take fewer, larger steps: 1e-4 for an epoch of up to 24 batches, lowered
-    in proportion beyond (``1e-4 * 24 / batches``), never below 2e-5. With the defaults
-    that is 1e-4 for up to 25 texts, 8e-5 for 32, 4e-5 for 64 and 2e-5 from 128. Those were
-    measured on all-MiniLM-L6-v2 (6 layers of 384); a larger encoder's rate is lowered in
-    proportion to its layers times its width, never below 2e-5 (12 layers of 768, as
-    all-mpnet-base-v2 or BERT-base: a quarter, 2.5e-5 for up to 25 texts, then 2e-5).
+    ``objective="contrastive"`` with an in-batch loss (all but ``"cosine"``), whose epochs
+    take fewer, larger steps: 1e-4 for an epoch of up to 24 batches, lowered in proportion
+    beyond (``1e-4 * 24 / batches``), never below 2e-5. With the defaults that is 1e-4 for
+    up to 25 texts, 8e-5 for 32, 4e-5 for 64 and 2e-5 from 128, measured on all-MiniLM-L6-v2
+    (6 layers of 384); a larger encoder's rate is lowered in proportion to its layers times
+    its width, never below 2e-5 (12 layers of 768, as all-mpnet-base-v2 or BERT-base: a
+    quarter, 2.5e-5 for up to 25 texts, then 2e-5).
 max_epochs : int, default=1
     Passes over the training data (SBERT trains one epoch on STS-B).
 random_state : int, RandomState instance or None, default=None
@@ -101,7 +99,8 @@ checkpoint_dir : str, path-like or None, default=None
     parameters it raises, naming the folder. Delete the folder when the model is final;
     None checkpoints nothing.
 batch_size : int, default=32
-    Texts (or pairs) per optimiser step in training, padded to the longest in the step.
+    Texts (or pairs) per optimiser step in training, padded to the longest in the step (4
+    or more for the in-batch contrastive losses: 2 labels of 2 texts make a positive pair).
     Inference (``transform``, ``similarity``) does not use it: it encodes blocks of texts
     of equal length whose shape depends on the device and the model only, so that a
     text's vector is the same bit for bit whatever other texts share the call.
@@ -397,6 +396,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         trains = settings.trains
         self._start_fit(keep_learned=trains and self.warm_start and "network_" in vars(self))
         if not trains:
+            warn_untrained_objective(self.objective, self.fine_tune)
             if memory_location(self.memory, read_fine_tune(self.fine_tune)) is not None:
                 fit_for_cache(self)
             else:

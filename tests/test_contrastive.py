@@ -7,6 +7,7 @@ save / load and pickle round trips of the fitted step.
 
 import pickle
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -168,6 +169,48 @@ def test_balanced_text_batches_hold_every_label_several_times():
     np.testing.assert_array_equal(
         every_pair(epoch), every_pair(again.epoch(np.random.RandomState(0)))
     )
+
+
+def test_balanced_batches_fill_with_every_text_of_small_labels():
+    """16 texts of 2 labels in batches of 32: each batch is all 16 (no label has more), so an
+    epoch of ceil(passes * 16 / 32) batches puts each text in passes / 2 of them."""
+    sampler = BalancedTextSampler(np.repeat([0, 1], 8), passes=30, batch_size=32)
+    epoch = list(sampler.epoch(np.random.RandomState(0)))
+    assert len(epoch) == 15
+    assert all(sorted(batch) == list(range(16)) for batch in epoch)
+
+
+def test_multilabel_texts_without_a_label_are_negatives_in_batches():
+    indicator = np.array([[1, 0], [1, 0], [1, 1], [0, 1], [0, 1], [0, 0], [0, 0], [0, 0]])
+    sampler = BalancedTextSampler(indicator, passes=20, batch_size=8)
+    in_batches = np.bincount(every_pair(sampler.epoch(np.random.RandomState(0))), minlength=8)
+    assert (in_batches[5:] > 0).all(), in_batches  # drawn, as the pair loss draws them
+    for batch in sampler.epoch(np.random.RandomState(1)):  # 2 groups of 4 texts at most
+        assert len(batch) <= 8 and len(np.unique(batch)) == len(batch)
+
+
+def test_batches_of_labels_alone_repeat_those_before_unlabelled_texts_were_drawn():
+    """Single-label and multi-label batches with every text labelled are the ones the
+    sampler drew before texts without a label joined the cycle (seeded fits repeat)."""
+    labels = np.repeat([0, 1, 2], [5, 7, 4])
+    batches = every_pair(BalancedTextSampler(labels, 6, 8).epoch(np.random.RandomState(2)))
+    # recorded from the sampler of 62a6df9, before the change
+    recorded = [15, 12, 13, 14, 4, 0, 2, 3, 7, 8, 6, 10, 0, 1, 2, 3, 0, 2, 3, 1]
+    np.testing.assert_array_equal(batches[:20], recorded)
+    indicator = np.array([[1, 0, 1], [1, 1, 0], [0, 1, 0], [0, 1, 1], [0, 0, 1], [1, 0, 0]])
+    batches = every_pair(BalancedTextSampler(indicator, 5, 4).epoch(np.random.RandomState(1)))
+    recorded = [0, 5, 3, 2, 1, 3, 4, 2, 3, 1, 5, 2, 3, 1, 5, 3, 0, 2, 1, 3, 0, 5, 3, 4, 2, 5]
+    np.testing.assert_array_equal(batches[:26], recorded)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3])
+def test_in_batch_losses_refuse_batches_too_small_for_a_positive_pair(batch_size):
+    with pytest.raises(ValueError, match=f"batch_size={batch_size}: .* 4 texts or more"):
+        BalancedTextSampler(np.repeat([0, 1], 4), passes=2, batch_size=batch_size)
+    PairSampler(np.repeat([0, 1], 4), pairs_per_text=2, batch_size=batch_size)  # pairs: fine
+    smallest = BalancedTextSampler(np.repeat([0, 1], 4), passes=2, batch_size=4)
+    for batch in smallest.epoch(np.random.RandomState(0)):
+        assert len(batch) == 4 and np.bincount(batch // 4).tolist() == [2, 2]
 
 
 # ---------------------------------------------------------------------------- the losses
@@ -412,6 +455,36 @@ def test_contrastive_errors(tiny_bert):
         make(tiny_bert, contrastive_loss="supcon", temperature=0.0).fit(TEXTS, LABELS)
     with pytest.raises(InvalidParameterError, match="pairs_per_text"):
         make(tiny_bert, pairs_per_text=0).fit(TEXTS, LABELS)
+    with pytest.raises(ValueError, match="batch_size=3: .* contrastive_loss='cosine'"):
+        make(tiny_bert, batch_size=3).fit(TEXTS, LABELS)
+    # a multi-label indicator holds 0/1, not the -1/+1 of LabelBinarizer(neg_label=-1)
+    with pytest.raises(ValueError, match="values 0/1"):
+        make(tiny_bert).fit(TEXTS, np.stack([2 * LABELS - 1, 1 - 2 * LABELS], axis=1))
+    # ragged label sets: the message points to the indicator this objective takes
+    with pytest.raises(ValueError, match="y is ragged.*MultiLabelBinarizer") as raised:
+        make(tiny_bert).fit(TEXTS, [["a"], ["a", "b"]] + [["b"]] * 8)
+    assert "train BertTextClassifier" not in str(raised.value)
+
+
+@pytest.mark.parametrize("objective", ["contrastive", "softmax"])
+def test_whole_number_floats_are_class_labels(tiny_bert, objective):
+    """0.0 / 1.0 labels (a float column of a DataFrame) train as 0 / 1 do, as they would in
+    LogisticRegression; fractions are still refused."""
+    as_ints = make(tiny_bert, objective=objective, max_epochs=1).fit(TEXTS, LABELS)
+    as_floats = make(tiny_bert, objective=objective, max_epochs=1).fit(TEXTS, LABELS * 1.0)
+    np.testing.assert_array_equal(as_floats.transform(TEXTS), as_ints.transform(TEXTS))
+    with pytest.raises(ValueError, match="needs class labels"):
+        make(tiny_bert, objective=objective).fit(TEXTS, LABELS * 0.5 + 0.25)
+
+
+def test_an_objective_without_training_warns(tiny_bert):
+    frozen = BertSentenceTransformer(tiny_bert, objective="contrastive", device="cpu")
+    with pytest.warns(UserWarning, match="objective='contrastive' is ignored with fine_tune=") as w:
+        frozen.fit(TEXTS, LABELS)
+    assert w[0].filename == __file__  # the warning points at the user's call
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS, LABELS)
 
 
 # ---------------------------------------------------------------------------- sklearn
@@ -609,7 +682,8 @@ def test_learning_rate_attribute_is_the_rate_trained_at(tiny_bert, params, expec
     est.fit(TEXTS, LABELS)
     assert isinstance(est.learning_rate_, float)
     assert est.learning_rate_ == pytest.approx(expected)
-    est.set_params(fine_tune="none").fit(TEXTS)  # not trained: no training rate
+    with pytest.warns(UserWarning, match="is ignored with fine_tune='none'"):
+        est.set_params(fine_tune="none").fit(TEXTS)  # not trained: no training rate
     assert not hasattr(est, "learning_rate_")
 
 

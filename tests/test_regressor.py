@@ -1,6 +1,7 @@
 """BertTextRegressor on the tiny BERT and ALBERT fixtures, and a cross-encoder on MiniLM."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import LONG_TEXT
@@ -154,6 +155,7 @@ def test_pairs_are_read_together_and_kinds_do_not_mix(tiny_model):
         (np.r_[Y[:3], np.inf, Y[4:]], r"y\[3\] is inf; regression targets must be finite"),
         (np.c_[Y, np.r_[Y[:6], -np.inf, Y[7:]]], r"y\[6, 1\] is -inf"),
         (list(Y[:4]) + [None] + list(Y[5:]), r"y\[4\] is missing \(None\)"),
+        (pd.Series(list(Y[:4]) + [pd.NA] + list(Y[5:]), dtype=object), r"y\[4\] is missing \(<NA>"),
         (["pos"] * 5 + ["neg"] * 5, r"y\[0\] is 'pos', not a real number"),
         ([2.0] * 10, r"y holds one value \(2.0\) for every sample"),
         (np.c_[Y, np.ones(10)], r"y\[:, 1\] holds one value \(1.0\) for every sample"),

@@ -6,7 +6,9 @@ import itertools
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
+from scipy import sparse
 from sklearn.model_selection import train_test_split
 
 from skbert import BertSentenceTransformer, BertTextClassifier
@@ -35,6 +37,24 @@ def labels(**kw):
 def test_missing_label_names_the_position(y, allow_multilabel):
     with pytest.raises(ValueError, match=r"^y\[2\] is missing \((nan|None)\); every sample needs"):
         labels(y=y, n=4, allow_multilabel=allow_multilabel)
+
+
+@pytest.mark.parametrize("dtype", ["string", object, "Int64"])
+def test_pandas_missing_label_is_missing_not_a_type(dtype):
+    """pandas' NA (a StringDtype or nullable-int column) is a missing label, not a mix of
+    label types whose suggested fix would make "<NA>" a class."""
+    values = ["a", "b", pd.NA, "a"] if dtype != "Int64" else [0, 1, pd.NA, 1]
+    y = pd.Series(values, dtype=dtype)
+    shown = "nan" if dtype == "Int64" else "<NA>"  # a nullable int column reads as floats
+    with pytest.raises(ValueError, match=rf"^y\[2\] is missing \({shown}\); every sample"):
+        labels(y=y, n=4, allow_multilabel=False)
+
+
+def test_sparse_indicator_is_the_dense_one():
+    dense = np.array([[1, 0], [0, 1], [1, 1], [0, 0]])
+    y, multilabel = labels(y=sparse.csr_matrix(dense), n=4, allow_multilabel=True)
+    assert multilabel
+    np.testing.assert_array_equal(y, dense)
 
 
 @pytest.mark.parametrize("inf", [np.inf, -np.inf, float("inf")])

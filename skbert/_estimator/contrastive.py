@@ -39,8 +39,8 @@ __all__ = [
 ]
 
 #: ``pairs_per_text="auto"`` per ``contrastive_loss``: SetFit's ``num_iterations`` for its
-#: pair loss; for the in-batch losses, batches per text (measured on held-out training texts
-#: of SST-2 and TREC, 16 per class: benchmarks/README.md)
+#: pair loss; for the in-batch losses, batches per text when the batches are full (measured
+#: on held-out training texts of SST-2 and TREC, 16 per class: benchmarks/README.md)
 AUTO_PAIRS_PER_TEXT = {
     "cosine": 20,
     "batch-cosine": 30,
@@ -90,9 +90,12 @@ pairs_per_text : int or "auto", default="auto"
     ``contrastive_loss="cosine"``, each text is paired with this many texts of its label
     and as many of other labels, drawn afresh each epoch (SetFit's ``num_iterations``:
     ``2 * pairs_per_text * n_texts`` pairs per epoch); with an in-batch loss (the others),
-    each text is in about this many batches per epoch. ``"auto"``: 20 for ``"cosine"``
-    (SetFit's default), 30 for the in-batch losses. The pairs are drawn batch by batch,
-    never all held.
+    an epoch has ``ceil(pairs_per_text * n_texts / batch_size)`` batches, so each text is
+    in about this many when the batches are full, and in fewer when they are not: a batch
+    takes at most ``batch_size / labels in a batch`` texts of a label (with 8 texts of each
+    of 2 labels and a batch of 32, every batch holds the 16 texts, each text in about half
+    ``pairs_per_text`` batches). ``"auto"``: 20 for ``"cosine"`` (SetFit's default), 30 for
+    the in-batch losses. The pairs are drawn batch by batch, never all held.
 temperature : float, default=0.1
     Temperature of ``contrastive_loss="supcon"`` (Khosla et al.: 0.1): the cosine
     similarities are divided by it. Lower values weigh the hardest negatives more.

@@ -9,11 +9,14 @@ asked for fits it, naming what is wrong.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+from sklearn.utils.multiclass import type_of_target
 
 from .targets import holds_scores
 
-__all__ = ["resolve_objective"]
+__all__ = ["resolve_objective", "warn_untrained_objective"]
 
 
 def resolve_objective(objective: str, fine_tune: str, second, y) -> str:
@@ -46,8 +49,10 @@ def resolve_objective(objective: str, fine_tune: str, second, y) -> str:
             f"fine_tune={fine_tune!r} trains on labelled data: pass y (similarity "
             "scores for sentence pairs, or class labels), or use fine_tune='none'."
         )
-    # float y = similarity scores (even when whole numbers); ints / strings = classes
-    continuous = holds_scores(y, "BertSentenceTransformer")
+    # float y on pairs = similarity scores (even when whole numbers); ints / strings = classes
+    continuous = holds_scores(
+        y, "BertSentenceTransformer", allow_multilabel=objective == "contrastive"
+    )
     if objective == "auto":
         if second is None:
             objective = "softmax"
@@ -58,9 +63,33 @@ def resolve_objective(objective: str, fine_tune: str, second, y) -> str:
     if objective in ("softmax", "contrastive") and second is not None:
         raise ValueError(f"objective={objective!r} takes single texts; X has 2 columns.")
     y = np.asarray(y)  # a 2-D float y is a multi-label indicator (check_class_labels)
-    if objective != "cosine" and continuous and y.ndim == 1 and np.isfinite(y).all():
-        raise ValueError(  # (a NaN or inf: check_class_labels names its position)
+    # whole-number floats are class labels to a class objective (as to LogisticRegression)
+    if (
+        objective != "cosine"
+        and continuous
+        and y.ndim == 1
+        and np.isfinite(y).all()  # a NaN or inf: check_class_labels names its position
+        and type_of_target(y) == "continuous"
+    ):
+        raise ValueError(
             f"objective={objective!r} needs class labels, but y holds continuous values; "
             "similarity scores train objective='cosine' on sentence pairs."
         )
     return objective
+
+
+def warn_untrained_objective(objective: str, fine_tune: str) -> None:
+    """Warn that ``objective`` is set but ``fine_tune="none"`` trains nothing.
+
+    A fit with ``fine_tune="none"`` loads the encoder as it is: ``objective`` (and every other
+    training parameter) has no effect, which ``BertSentenceTransformer(objective=
+    "contrastive")`` alone would leave unsaid. Like scikit-learn's warning for an unused
+    ``l1_ratio``, this warns rather than fails, so that a grid may search ``fine_tune``.
+    """
+    if objective != "auto":
+        warnings.warn(
+            f"objective={objective!r} is ignored with fine_tune={fine_tune!r}, which loads the "
+            "encoder without training it; set fine_tune='full' (or 'top') to train it.",
+            UserWarning,
+            stacklevel=5,
+        )

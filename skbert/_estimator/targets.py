@@ -14,7 +14,10 @@ import math
 import numbers
 
 import numpy as np
+from scipy.sparse import issparse
 from sklearn.utils.multiclass import type_of_target
+
+from .validation import pandas_missing
 
 __all__ = [
     "check_class_labels",
@@ -90,6 +93,8 @@ def _as_array(y, n_samples: int | None, name: str = "y", *, shapes: str) -> np.n
         raise TypeError(
             f"{name} must be an array-like of targets, got a single {type(y).__name__}."
         )
+    if issparse(y):  # e.g. MultiLabelBinarizer(sparse_output=True): one row per sample
+        y = y.toarray()
     raw = _asarray(y, name, shapes)
     y = np.asarray(y, dtype=object) if raw.dtype.kind in "OUS" else raw
     if y.ndim == 0:
@@ -100,8 +105,8 @@ def _as_array(y, n_samples: int | None, name: str = "y", *, shapes: str) -> np.n
 
 
 def _undefined(value) -> bool:
-    """None, NaN or infinite (an int is always finite, however large)."""
-    if value is None:
+    """None, pandas' NA or NaT, NaN or infinite (an int is always finite, however large)."""
+    if value is None or pandas_missing(value):
         return True
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
         return not math.isfinite(value)
@@ -124,9 +129,11 @@ def _check_defined(y: np.ndarray, name: str) -> None:
     if first is None:
         return
     value = y.ravel()[first]
-    shown = None if value is None else float(value)
     pos = _position(first, y.shape)
-    if shown is None or math.isnan(shown):
+    if value is None or pandas_missing(value):
+        raise ValueError(f"{name}[{pos}] is missing ({value!r}); every sample needs a target.")
+    shown = float(value)
+    if math.isnan(shown):
         raise ValueError(f"{name}[{pos}] is missing ({shown!r}); every sample needs a target.")
     raise ValueError(
         f"{name}[{pos}] is {shown!r}, which is not a class label (nor a similarity score): "
@@ -134,16 +141,19 @@ def _check_defined(y: np.ndarray, name: str) -> None:
     )
 
 
-def holds_scores(y, estimator: str) -> bool:
+def holds_scores(y, estimator: str, *, allow_multilabel: bool = False) -> bool:
     """Whether ``y`` holds floats, which :class:`~skbert.BertSentenceTransformer` takes as
-    similarity scores (even whole numbers); ints and strings are class labels.
+    similarity scores (even whole numbers) for sentence pairs; ints and strings are class
+    labels.
 
     Raises
     ------
     ValueError
-        If ``y`` is ragged (lists of different lengths), with the shapes ``y`` may have.
+        If ``y`` is ragged (lists of different lengths), with the shapes ``y`` may have (a
+        multi-label indicator among them if ``allow_multilabel``).
     """
-    return _asarray(y, "y", _single_target_shapes(estimator)).dtype.kind == "f"
+    shapes = _MULTILABEL_SHAPES if allow_multilabel else _single_target_shapes(estimator)
+    return _asarray(y, "y", shapes).dtype.kind == "f"
 
 
 def _label_kind(value) -> str:
@@ -210,7 +220,7 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
     if y.ndim == 2 and y.shape[1] > 1:
         if not allow_multilabel:
             raise ValueError(f"y has shape {y.shape}; {estimator} takes a 1-D array of labels.")
-        if type_of_target(y) != "multilabel-indicator":
+        if type_of_target(y) != "multilabel-indicator" or not np.isin(y, (0, 1)).all():
             raise ValueError(
                 "a 2-D y must be a binary indicator matrix (multi-label: one column per "
                 "label, values 0/1). For lists of label sets, make that matrix with "
@@ -280,9 +290,10 @@ def check_regression_targets(y, n_samples: int, *, estimator: str) -> np.ndarray
         raise ValueError(f"y has shape {y.shape}; {shapes}")
     if y.dtype.kind in "OUS" or y.dtype.kind == "c":
         for i, value in enumerate(y.ravel()):
-            if value is None:
+            if value is None or pandas_missing(value):
                 raise ValueError(
-                    f"y[{_position(i, y.shape)}] is missing (None); every sample needs a target."
+                    f"y[{_position(i, y.shape)}] is missing ({value!r}); every sample needs a "
+                    "target."
                 )
             if not isinstance(value, numbers.Real):
                 raise ValueError(

@@ -8,7 +8,7 @@ from collections.abc import Mapping, MappingView, Set
 
 import numpy as np
 
-__all__ = ["check_texts", "check_layers", "check_kernel_sizes"]
+__all__ = ["check_texts", "check_layers", "check_kernel_sizes", "pandas_missing"]
 
 
 def _is_missing(value) -> bool:
@@ -16,7 +16,11 @@ def _is_missing(value) -> bool:
         return True
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return math.isnan(value)
-    # pandas.NA, pandas.NaT and friends without importing pandas
+    return pandas_missing(value)
+
+
+def pandas_missing(value) -> bool:
+    """pandas.NA or pandas.NaT (told by type name: pandas is not imported for it)."""
     return type(value).__name__ in {"NAType", "NaTType"}
 
 

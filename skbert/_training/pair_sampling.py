@@ -250,28 +250,48 @@ class BalancedTextSampler:
     labels : ndarray
         As in :class:`LabelIndex`.
     passes : int
-        Each text appears in about this many batches per epoch: an epoch has
-        ``ceil(passes * n_texts / batch_size)`` batches.
+        An epoch has ``ceil(passes * n_texts / batch_size)`` batches: each text is in about
+        ``passes`` of them when the batches are full, in fewer when they are not (a label
+        with fewer texts than its share of a batch: 16 texts of 2 labels in batches of 32
+        make batches of 16, each text in about ``passes / 2``).
     batch_size : int
-        Texts per batch (at most).
+        Texts per batch (at most); 4 or more, so that a batch holds a positive pair.
     min_per_label : int, default=4
         A batch takes ``batch_size // min_per_label`` labels (all of them when there are
         fewer) and ``batch_size // labels taken`` texts of each (fewer when a label has
         fewer texts), so that each text meets several positives in its batch.
+
+    Raises
+    ------
+    ValueError
+        If ``batch_size`` is under 4, or no two texts share a label, or every two do.
 
     Notes
     -----
     The labels of a batch are the next ones of a cycle through every label present, shuffled
     afresh each time round, so every label is in some batch of each epoch that has at least
     ``n_labels / (batch_size // per_label)`` batches. A text of several labels can be drawn
-    for two of them; it is then in the batch once.
+    for two of them; it is then in the batch once. Multi-label texts without a label take a
+    turn in the cycle as one more group: in a batch they are negatives of every other text.
     """
 
     def __init__(self, labels, passes: int, batch_size: int, min_per_label: int = 4):
+        if batch_size < 4:
+            raise ValueError(
+                f"batch_size={batch_size}: a loss over the pairs of a batch needs batches "
+                "of 4 texts or more (2 labels, 2 texts of each) to hold a positive pair; use "
+                "batch_size >= 4, or the pair loss contrastive_loss='cosine'."
+            )
         self.index = LabelIndex(labels)
         _texts_with_partners(self.index)  # the same errors as PairSampler's
-        n_labels = len(self.index.present)
-        self.labels_per_batch = min(n_labels, max(2, batch_size // min_per_label))
+        # the groups a batch draws from: each label's texts, then those of no label
+        self.groups = [self.index.texts_with(label) for label in self.index.present]
+        if self.index.multilabel:
+            unlabelled = np.flatnonzero(~self.index.indicator.any(axis=1))
+            if len(unlabelled):
+                self.groups.append(unlabelled)
+        n_groups = len(self.groups)
+        self.labels_per_batch = min(n_groups, max(2, batch_size // min_per_label))
         self.per_label = max(1, batch_size // self.labels_per_batch)
         self.n_batches = self.batches_per_epoch(self.index.n_texts, passes, batch_size)
 
@@ -286,21 +306,20 @@ class BalancedTextSampler:
 
     def batch(self, seed: int, index: int) -> np.ndarray:
         """Batch ``index`` of the epoch ``seed``: int64 positions of texts."""
-        present = self.index.present
-        k, n = self.labels_per_batch, len(self.index.present)
-        # the next k labels of the cycles; where the end of one cycle meets a label again at
-        # the start of the next, the labels after it fill the batch (k <= n of them differ)
+        k, n = self.labels_per_batch, len(self.groups)
+        # the next k groups of the cycles; where the end of one cycle meets a group again at
+        # the start of the next, the groups after it fill the batch (k <= n of them differ)
         first = index * k
         stream = [
-            present[_rng(seed, _ORDER, turn).permutation(n)]
+            _rng(seed, _ORDER, turn).permutation(n)
             for turn in range(first // n, (first + 2 * k) // n + 1)
         ]
         stream = np.concatenate(stream)[first - (first // n) * n :]
-        labels = list(dict.fromkeys(stream.tolist()))[:k]
+        groups = list(dict.fromkeys(stream.tolist()))[:k]
         rng = _rng(seed, _BATCH, index)
         picks = []
-        for label in labels:
-            members = self.index.texts_with(label)
+        for group in groups:
+            members = self.groups[group]
             size = min(self.per_label, len(members))
             picks.append(rng.choice(members, size, replace=False))
         texts = np.concatenate(picks)
