@@ -37,10 +37,12 @@ from ._estimator.model_source import fitted_encoder_source, load_encoder
 from ._estimator.validation import check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
+    UNTRAINED_POOLER,
     SpecialTokens,
     float32_weights,
     loading_errors,
     locate_model,
+    model_max_length,
     quiet_loading,
 )
 from ._storage.files import check_output_dir
@@ -346,11 +348,27 @@ def further_pretrain(
             f"{curve}"
         )
     if current_share().writer:  # in a torchrun launch, rank 0 writes; the others wait for it
+        state = {**mlm.to("cpu").state_dict(), **_source_pooler(model, mlm.base_model_prefix)}
         with quiet_loading():
-            mlm.to("cpu").save_pretrained(output_dir)
+            mlm.save_pretrained(output_dir, state_dict=state)
             tokenizer.save_pretrained(output_dir)
     barrier()
     return output_dir
+
+
+def _source_pooler(model, prefix: str) -> dict:
+    """The trained pooler weights of ``model`` (none if it has none), named as in a masked-LM
+    checkpoint of ``prefix`` (``"bert"``, ...): the masked-LM model has no pooler, so
+    without them the written checkpoint would lose the pooler that ``pooling="pooler"``
+    reads (masked-LM training does not change it)."""
+    _, backbone = load_encoder(model)
+    if getattr(backbone, UNTRAINED_POOLER, False):
+        return {}
+    return {
+        f"{prefix}.{name}": value
+        for name, value in backbone.state_dict().items()
+        if name.startswith("pooler")
+    }
 
 
 @validate_params(
@@ -521,8 +539,8 @@ def _train_masked_lm_of(model, texts, run: _MaskedLMRun):
         torch.manual_seed(run.seed)
         tokenizer, mlm = load_masked_lm(model)
     dtype = resolve_precision(run.precision, device, training_flops=training_flops(mlm))
-    limit = getattr(mlm.config, "max_position_embeddings", run.max_length)
-    width = min(run.max_length, limit)
+    # the positions the model has (RoBERTa's scheme reserves some), as the estimators cap
+    width = min(run.max_length, model_max_length(tokenizer, mlm.config))
     features = masked_lm_windows(tokenizer, texts, width, run.whole_word_mask)
     history = train_masked_lm(
         mlm,

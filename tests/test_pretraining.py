@@ -89,6 +89,55 @@ def test_checkpoint_reloads_with_automodel_and_as_model(tiny_model, tmp_path):
     assert vectors.shape == original.shape and not np.allclose(vectors, original)
 
 
+def test_the_checkpoint_keeps_the_pooler_that_pooling_pooler_reads(tiny_model, tmp_path):
+    """The masked-LM model has no pooler: the written checkpoint carries the source's, which
+    masked-LM training leaves as it was, so pooling="pooler" reads trained weights."""
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+    path = pretrain(tiny_model, tmp_path / "mlm", max_steps=2)
+    source = AutoModel.from_pretrained(tiny_model).state_dict()
+    written = AutoModel.from_pretrained(path).state_dict()
+    poolers = [name for name in source if name.startswith("pooler")]
+    assert poolers
+    for name in poolers:
+        torch.testing.assert_close(written[name], source[name], rtol=0, atol=0)
+    _, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+    assert not info["missing_keys"]  # the masked-LM model loads whole, its head trained
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BertSentenceTransformer(path, pooling="pooler", device="cpu").fit(TEXTS)
+    # a checkpoint without the pooler's weights: pooling="pooler" would read random values
+    again = pretrain(path, tmp_path / "again", max_steps=1)  # its source has the pooler
+    assert [n for n in AutoModel.from_pretrained(again).state_dict() if "pooler" in n] == poolers
+    bare = tmp_path / "bare"
+    AutoModelForMaskedLM.from_pretrained(path).save_pretrained(bare)  # as transformers' run_mlm
+    AutoTokenizer.from_pretrained(path).save_pretrained(bare)
+    with pytest.warns(UserWarning, match="has no trained pooler weights"):
+        BertSentenceTransformer(str(bare), pooling="pooler", device="cpu").fit(TEXTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the other poolings never read it
+        BertSentenceTransformer(str(bare), pooling="mean", device="cpu").fit(TEXTS)
+
+
+def test_windows_stay_within_the_positions_roberta_has(tiny_roberta, tmp_path, monkeypatch):
+    """RoBERTa numbers positions after the padding index: 66 positions hold 64 tokens, the
+    windows' cap even when max_length asks for more (as the estimators' max_length_)."""
+    import skbert.pretraining as pretraining
+
+    widths = []
+    real = pretraining.masked_lm_windows
+
+    def recorded(tokenizer, texts, max_length, whole_word_mask=False):
+        widths.append(max_length)
+        return real(tokenizer, texts, max_length, whole_word_mask)
+
+    monkeypatch.setattr(pretraining, "masked_lm_windows", recorded)
+    long = [" ".join(["the cat sat on the mat"] * 30)] * 4
+    further_pretrain(long, tmp_path / "mlm", model=tiny_roberta, max_length=128, max_steps=2,
+                     batch_size=4, random_state=0, device="cpu", verbose=0)  # fmt: skip
+    assert widths == [64]
+
+
 def test_same_seed_same_checkpoint_and_whole_word_masking(tiny_bert, tmp_path):
     from transformers import AutoModelForMaskedLM as Loader  # every weight is in the file
 

@@ -2,6 +2,7 @@
 network, degenerate targets, input kinds, and the feature cache's model identity."""
 
 import json
+import pickle
 import shutil
 import warnings
 
@@ -116,6 +117,18 @@ def test_warm_start_refuses_a_changed_network_setting(tiny_bert, change, param):
     with pytest.raises(ValueError, match=f"warm_start=True but {param} changed"):
         clf.fit(X, Y)
     np.testing.assert_array_equal(clf.predict_proba(X), proba)  # still the fitted model
+
+
+def test_warm_start_from_a_fitted_model_refuses_another_fitted_model(tiny_bert, tmp_path):
+    """model=fitted: another fitted estimator is another model, even of the same kind and
+    checkpoint; a pickled copy of the same one is the same (as save / load gives)."""
+    start = _classifier(tiny_bert, max_epochs=1).fit(X, Y)
+    other = _classifier(tiny_bert, max_epochs=1, random_state=1).fit(X, Y)
+    clf = _classifier(start, max_epochs=1, warm_start=True).fit(X, Y)
+    clf.set_params(model=pickle.loads(pickle.dumps(start))).fit(X, Y)  # the same weights
+    clf.set_params(model=other)
+    with pytest.raises(ValueError, match="warm_start=True but model changed from 'a fitted"):
+        clf.fit(X, Y)
 
 
 def test_warm_start_accepts_training_settings_and_applies_dropout(tiny_bert):
@@ -315,6 +328,24 @@ def test_a_resumed_fit_reuses_the_stored_seed_and_refuses_other_data(
     with pytest.raises(ValueError, match=str(tmp_path)):
         est.fit(PAIRS, scores[::-1])
     assert seed is not None
+
+
+def test_a_checkpoint_of_another_random_state_is_refused(tiny_bert, tmp_path):
+    """An int random_state is the seed of the fit: a checkpoint of another seed is another
+    run (a seed sweep sharing one checkpoint_dir is refused, not given one model)."""
+    first = _classifier(tiny_bert, checkpoint_dir=tmp_path, random_state=0).fit(X, Y)
+    with pytest.raises(ValueError, match="it differs in the seed \\(random_state\\)"):
+        _classifier(tiny_bert, checkpoint_dir=tmp_path, random_state=1).fit(X, Y)
+    again = _classifier(tiny_bert, checkpoint_dir=tmp_path, random_state=0).fit(X, Y)
+    np.testing.assert_array_equal(again.predict_proba(X), first.predict_proba(X))
+
+
+def test_class_weight_of_numpy_labels_checkpoints(tiny_bert, tmp_path):
+    y = np.searchsorted(np.unique(Y), Y)
+    weights = dict(zip(np.unique(y), [2.0, 1.0], strict=True))  # np.int64 keys
+    clf = _classifier(tiny_bert, checkpoint_dir=tmp_path, class_weight=weights).fit(X, y)
+    plain = _classifier(tiny_bert, class_weight={0: 2.0, 1: 1.0}).fit(X, y)
+    np.testing.assert_array_equal(clf.predict_proba(X), plain.predict_proba(X))
 
 
 def test_layer_may_be_a_list_or_numpy_ints(tiny_bert):

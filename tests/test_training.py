@@ -185,6 +185,19 @@ def test_message_names_what_the_fit_can_change():
     assert 'precision="fp32" (this fit trained in bfloat16)' in message
 
 
+@pytest.mark.parametrize(
+    ("top_rate", "advice"),
+    [(0.01, "Try a lower top_learning_rate (it is 0.01)."), (None, "Try a lower learning_rate")],
+)
+def test_with_the_encoder_frozen_the_message_names_the_rate_of_the_top(top_rate, advice):
+    """Only the weights on top train: their rate is the one to lower (learning_rate where
+    top_learning_rate is None), not the frozen encoder's."""
+    with pytest.raises(TrainingDivergedError) as caught:
+        settings = config(top_learning_rate=top_rate, train_backbone=False)
+        train(Net(), Fault(2, nan_loss), make_batches, settings)
+    assert advice in str(caught.value)
+
+
 # ------------------------------------------------------------------ one step, N steps a read
 def test_the_checks_are_read_every_n_steps_and_at_each_epochs_end(every):
     n, reads = every

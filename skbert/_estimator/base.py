@@ -26,7 +26,7 @@ from .._core.flops import training_flops
 from .._core.messages import report, user_stacklevel
 from .._inference.int8 import int8_unavailable
 from .._inference.predict import low_precision_copy, predict_rows
-from .._nn.backbone import SpecialTokens, model_max_length, quiet_loading
+from .._nn.backbone import UNTRAINED_POOLER, SpecialTokens, model_max_length, quiet_loading
 from .._nn.network import SentenceEncoder
 from .._nn.state import network_from_state, network_to_state
 from .._storage.files import check_output_dir
@@ -34,7 +34,7 @@ from .._text.encoding import encode_texts, pad_batch
 from .._training.distributed import shared_seed
 from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from ..truncation import STRATEGIES
-from .model_source import load_encoder
+from .model_source import fitted_encoder_source, load_encoder
 from .persistence import folder as _persistence
 from .persistence.registry import register_estimator
 from .prediction_cache import forget_fit, prediction_cache, remembered
@@ -47,6 +47,22 @@ FINE_TUNE_MODES = ("none", "top", "full")
 
 #: ``precision`` values ("int8" for inference only: training runs fp32)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
+
+
+def _json_keys(value):
+    """``value`` with every dict key one that JSON takes: numpy scalars (``class_weight``'s
+    labels from ``np.unique(y)``) as their Python values, other objects as their ``str``."""
+    if isinstance(value, dict):
+        return {_json_key(k): _json_keys(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_keys(v) for v in value]
+    return value
+
+
+def _json_key(key):
+    if isinstance(key, np.generic):
+        key = key.item()
+    return key if key is None or isinstance(key, (str, int, float, bool)) else str(key)
 
 
 class BertEstimatorBase(BaseEstimator):
@@ -174,11 +190,20 @@ class BertEstimatorBase(BaseEstimator):
         return copy.deepcopy(network)
 
     def _model_identity(self):
-        """``model`` as recorded by ``fit``: the name or folder, or the kind of fitted
-        estimator it was taken from."""
+        """``model`` as recorded by ``fit``: the name or folder, or the fitted estimator it
+        was taken from: its kind, its own ``model`` and a digest of its encoder's weights (so
+        that another fitted estimator is another model, and a pickled copy the same one)."""
         if isinstance(self.model, str):
             return self.model
-        return f"a fitted {type(self.model).__name__}"
+        fitted = fitted_encoder_source(self.model)
+        digest = hashlib.blake2b(digest_size=8)
+        for name, value in fitted.fitted_network().backbone.state_dict().items():
+            digest.update(name.encode())
+            digest.update(value.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        return (
+            f"a fitted {type(fitted).__name__} of {fitted._fitted_model} (encoder "
+            f"weights {digest.hexdigest()})"
+        )
 
     #: parameters that do not change what a fit learns (or that the training loop's own
     #: identity covers: the seed drawn from random_state, the device type), left out of a
@@ -198,9 +223,11 @@ class BertEstimatorBase(BaseEstimator):
         return TrainingCheckpoint(self.checkpoint_dir, self.checkpoint_steps, data_key)
 
     def _fit_seed(self, checkpoint) -> int:
-        """The seed of this fit: from ``random_state``, or the seed of the checkpointed run
-        that this fit resumes (so that ``random_state=None`` resumes too)."""
-        stored = None if checkpoint is None else checkpoint.stored_seed()
+        """The seed of this fit: the one an int ``random_state`` makes (a checkpoint of
+        another seed is then refused, naming the folder); for None or a ``RandomState``, the
+        seed of the checkpointed run that this fit resumes, if any, so that they resume too."""
+        seeded = isinstance(self.random_state, Integral)
+        stored = None if checkpoint is None or seeded else checkpoint.stored_seed()
         if stored is None:
             stored = check_random_state(self.random_state).randint(2**31 - 1)
         return shared_seed(int(stored))  # a torchrun launch's ranks take rank 0's
@@ -213,7 +240,7 @@ class BertEstimatorBase(BaseEstimator):
         digest.update(text_digests(first, second).tobytes())
         digest.update(np.ascontiguousarray(np.asarray(targets, dtype=np.float64)).tobytes())
         task = {"estimator": type(self).__name__, **task}
-        digest.update(json.dumps(task, sort_keys=True, default=str).encode())
+        digest.update(json.dumps(_json_keys(task), sort_keys=True, default=str).encode())
         return digest.hexdigest()
 
     def _forget(self, *names) -> None:
@@ -225,6 +252,15 @@ class BertEstimatorBase(BaseEstimator):
         """Load the encoder and tokenizer, resolve the read-out (for a fit that ``trains``, or
         not: see :meth:`_resolve_readout`); return the network."""
         tokenizer, backbone = load_encoder(self.model)
+        if self.pooling == "pooler" and getattr(backbone, UNTRAINED_POOLER, False):
+            warnings.warn(
+                f"model={self.model!r} has no trained pooler weights (a masked-LM checkpoint, "
+                "such as further_pretrain writes from one without them), so pooling='pooler' "
+                "reads a dense layer of random values: train it (fine_tune='full' or 'top') "
+                "or use another pooling.",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
         self._resolve_readout(tokenizer, backbone.config, trains)
         return SentenceEncoder(backbone, self.readout_).eval()
 
@@ -403,7 +439,10 @@ class BertEstimatorBase(BaseEstimator):
         ``AutoTokenizer.from_pretrained``, and as ``model=path`` in any skbert estimator: the
         way to start one task from an encoder fine-tuned on another (Sun et al.'s multi-task
         recipe), or to share it. Only the encoder is written; the pooling and output layer are
-        skbert's (:meth:`save` keeps the whole estimator).
+        skbert's (:meth:`save` keeps the whole estimator). Nor is a sentence-transformers
+        ``modules.json``: a :class:`~skbert.BertSentenceTransformer` with ``normalize="auto"``
+        reads the folder's vectors unnormalised where ``model=fitted`` follows the fitted
+        estimator's checkpoint (all-MiniLM-L6-v2: unit length); set ``normalize`` to match.
 
         Parameters
         ----------

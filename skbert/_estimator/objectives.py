@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 from sklearn.utils.multiclass import type_of_target
 
+from .._core.messages import user_stacklevel
 from .targets import holds_scores
 
 __all__ = ["resolve_objective", "warn_untrained_objective"]
@@ -91,5 +92,5 @@ def warn_untrained_objective(objective: str, fine_tune: str) -> None:
             f"objective={objective!r} is ignored with fine_tune={fine_tune!r}, which loads the "
             "encoder without training it; set fine_tune='full' (or 'top') to train it.",
             UserWarning,
-            stacklevel=5,
+            stacklevel=user_stacklevel(),
         )

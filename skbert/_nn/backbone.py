@@ -39,7 +39,12 @@ __all__ = [
     "SpecialTokens",
     "model_max_length",
     "float32_weights",
+    "UNTRAINED_POOLER",
 ]
+
+#: set (True) on a backbone whose checkpoint had no pooler weights, so that its pooler holds
+#: random values: ``pooling="pooler"`` reads it (the other poolings never do)
+UNTRAINED_POOLER = "skbert_untrained_pooler"
 
 
 def float32_weights() -> dict:
@@ -126,8 +131,10 @@ def load_backbone(model: str):
             source, output_loading_info=True, **float32_weights()
         )
     # A checkpoint saved with a task head (e.g. by skbert.pretraining) loads fine without
-    # it; only encoder weights that are missing matter (the pooler is never read).
+    # it; only encoder weights that are missing matter. The pooler, read by pooling="pooler"
+    # only, is marked instead (masked-LM checkpoints, as transformers' own, have none).
     missing = [k for k in info["missing_keys"] if "pooler" not in k]
+    setattr(encoder, UNTRAINED_POOLER, any("pooler" in k for k in info["missing_keys"]))
     if missing:
         warnings.warn(
             f"model={model!r}: {len(missing)} encoder weights are not in the checkpoint and "

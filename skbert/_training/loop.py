@@ -517,10 +517,15 @@ def _check_weights(network, params, config, plan, state: _Progress) -> None:
 
 
 def _diverged(desc: str, where: str, what: str, config: TrainingConfig) -> TrainingDivergedError:
-    """The error for a non-finite value, with what the user can change."""
-    advice = f"a lower learning_rate (it is {config.learning_rate:g})"
+    """The error for a non-finite value, with what the user can change: the rates of what
+    trained (with the encoder frozen, only the weights on top: ``top_learning_rate``, or
+    ``learning_rate`` where that is None)."""
+    rates = []
+    if config.train_backbone or config.top_learning_rate is None:
+        rates.append(f"learning_rate (it is {config.learning_rate:g})")
     if config.top_learning_rate is not None:
-        advice += f" or top_learning_rate (it is {config.top_learning_rate:g})"
+        rates.append(f"top_learning_rate (it is {config.top_learning_rate:g})")
+    advice = "a lower " + " or ".join(rates)
     if config.dtype is not None:
         precision = str(config.dtype).removeprefix("torch.")
         advice += f', or precision="fp32" (this fit trained in {precision})'
