@@ -6,6 +6,7 @@ import time
 import pytest
 import torch
 
+from skbert._nn import backbone
 from skbert._nn.backbone import (
     DEFAULT_MODEL,
     SpecialTokens,
@@ -44,18 +45,45 @@ def test_model_limit_comes_from_positions(tiny_model):
     assert model_max_length(tokenizer, encoder.config) == 64
 
 
+@pytest.mark.parametrize(
+    ("config_class", "expected"),
+    [
+        ("RobertaPreLayerNormConfig", 64),
+        ("XmodConfig", 64),
+        ("IBertConfig", 64),
+        ("LongformerConfig", 64),
+        ("MPNetConfig", 64),
+        ("BertConfig", 66),
+    ],
+)
+def test_the_limit_of_every_family_numbering_positions_after_padding(config_class, expected):
+    """66 positions numbered from padding_idx + 1 (pad_token_id 1, as their checkpoints):
+    64 tokens; BERT numbers from 0."""
+    import transformers
+
+    config = getattr(transformers, config_class)(max_position_embeddings=66, pad_token_id=1)
+
+    class Unbounded:  # a tokenizer that sets no limit of its own
+        model_max_length = int(1e30)
+
+    assert model_max_length(Unbounded(), config) == expected
+
+
 def test_mpnet_limit_leaves_out_the_positions_before_padding(tiny_mpnet):
-    """MPNet numbers positions from padding_idx + 1, as RoBERTa does: the longest input is
-    max_position_embeddings - padding_idx - 1 tokens, and an input that long runs."""
+    """MPNet numbers positions from padding_idx + 1, as RoBERTa does, and its padding_idx is
+    1 whatever the configuration's pad_token_id (0 in the fixture): the longest input is
+    max_position_embeddings - 2 tokens, and an input that long runs. (Its words must be in
+    the vocabulary: MPNet counts no position for token id 1, the fixture's [UNK].)"""
     from skbert import BertSentenceTransformer
 
     tokenizer, encoder = load_backbone(tiny_mpnet)
     config = encoder.config
-    limit = config.max_position_embeddings - config.pad_token_id - 1
+    limit = config.max_position_embeddings - 2
     assert model_max_length(tokenizer, config) == limit
     est = BertSentenceTransformer(tiny_mpnet).fit(["a"])
     assert est.readout_.max_length == limit
-    longest = " ".join(["hello world"] * limit)  # cut to the limit
+    longest = " ".join(["the dog sat"] * limit)  # cut to the limit
+    assert tokenizer.unk_token_id not in tokenizer(longest)["input_ids"]
     assert est.transform([longest]).shape == (1, config.hidden_size)
 
 
@@ -230,15 +258,21 @@ def test_unreachable_hub_reads_the_cached_snapshot(
         assert torch.equal(encoder.state_dict()[name], value), name
 
 
-def test_connection_error_while_loading_names_hf_hub_offline(monkeypatch):
+@pytest.mark.parametrize("offline", [False, True])
+def test_connection_error_while_loading_names_hf_hub_offline(monkeypatch, offline):
+    """The advice to set HF_HUB_OFFLINE=1, unless it is set already."""
+    from huggingface_hub import constants
     from transformers import AutoTokenizer
 
     def unreachable(*args, **kwargs):
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
 
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", unreachable)
-    with pytest.raises(OSError, match="set HF_HUB_OFFLINE=1"):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+    monkeypatch.setattr(backbone, "hub_source", lambda source: (source, None))  # no network
+    with pytest.raises(OSError, match="Could not load") as info:
         load_backbone("skbert-tests/some-model")
+    assert ("set HF_HUB_OFFLINE=1" in str(info.value)) is not offline
 
 
 def test_connection_errors_are_told_by_their_chain():

@@ -313,6 +313,68 @@ def test_text_digests_distinguish_texts_and_pairs():
     assert pairs[0] != pairs[1]
     assert text_digests(["a b"])[0] not in set(pairs.tolist())
     assert text_digests(["ab"], [""])[0] != text_digests(["a"], ["b"])[0]
+    # a NUL inside a text cannot move where the first text of a pair ends
+    assert text_digests(["great\0not"], ["good"])[0] != text_digests(["great"], ["not\0good"])[0]
+    # pairs without one keep their digests (caches and checkpoints of before stay valid)
+    old = hashlib.blake2b(b"2\x00a\x00b", digest_size=16).digest()
+    assert text_digests(["a"], ["b"])[0] == old
+
+
+def test_the_key_names_the_cpu_products(tiny_bert, tmp_path, monkeypatch):
+    """BLAS and oneDNN products differ in the last bits: vectors cached with one are not
+    served to the other (SKBERT_CPU_PRODUCTS, or another CPU sharing the folder)."""
+    from skbert._inference.cpu.products import OneDnn
+
+    if not OneDnn.available():
+        pytest.skip("this torch lacks oneDNN's linear operations")
+    cache = tmp_path / "cache"
+    vectors = {}
+    for kind in ("blas", "onednn"):
+        monkeypatch.setenv("SKBERT_CPU_PRODUCTS", kind)
+        make(tiny_bert, memory=cache).fit(TEXTS).transform(TEXTS)
+        plain = make(tiny_bert).fit(TEXTS).transform(TEXTS)
+        vectors[kind] = make(tiny_bert, memory=cache).fit(TEXTS).transform(TEXTS)
+        np.testing.assert_array_equal(vectors[kind], plain)  # each kind its own rows
+    keys = [json.loads(p.read_text())["products"] for p in Path(cache).rglob("key.json")]
+    assert sorted(keys) == ["blas", "onednn"]
+
+
+def test_weights_changed_in_place_are_not_served_from_before(tiny_bert, tmp_path):
+    """A fitted network whose weights are loaded anew (load_state_dict): the feature cache
+    set after the fit, and the bf16 copy, follow the new weights."""
+    import torch
+
+    est = make(tiny_bert).fit(TEXTS)
+    est.set_params(memory=tmp_path / "cache").transform(TEXTS)  # hashed and cached
+    state = {k: v * 1.5 for k, v in est.network_.backbone.state_dict().items()}
+    est.network_.backbone.load_state_dict(state)
+    fresh = make(tiny_bert).fit(TEXTS)
+    fresh.network_.backbone.load_state_dict(state)
+    np.testing.assert_array_equal(est.transform(TEXTS), fresh.transform(TEXTS))
+    est.set_params(memory=None, precision="bf16")
+    fresh.set_params(precision="bf16")
+    est.transform(TEXTS)  # its bf16 copy, made of the weights now
+    with torch.no_grad():
+        for p in est.network_.backbone.parameters():
+            p.mul_(0.5)
+        for p in fresh.network_.backbone.parameters():
+            p.mul_(0.5)
+    np.testing.assert_array_equal(est.transform(TEXTS), fresh.transform(TEXTS))
+
+
+def test_a_warm_start_fit_drops_the_key_of_the_weights_it_trained(tiny_bert, tmp_path):
+    """A frozen fit with memory from a fitted estimator loads the network (the model is in
+    no folder); a warm start then trains it: the cache must not serve the frozen vectors."""
+    cache = tmp_path / "cache"
+    est = make(make(tiny_bert).fit(TEXTS), memory=cache).fit(TEXTS)
+    assert "network_" in vars(est)
+    frozen = est.transform(TEXTS)
+    est.set_params(fine_tune="full", warm_start=True, max_epochs=1, batch_size=4)
+    est.fit(LABELLED, LABELS)
+    assert not hasattr(est, "feature_fingerprint_")
+    trained = est.set_params(memory=None).transform(TEXTS)
+    assert not np.allclose(trained, frozen)
+    np.testing.assert_array_equal(est.set_params(memory=cache).transform(TEXTS), trained)
 
 
 def test_relative_memory_after_chdir(tiny_bert, tmp_path, monkeypatch):
@@ -596,3 +658,10 @@ def test_a_cache_folder_that_cannot_be_used_is_named(tiny_bert, tmp_path, monkey
         store.write(digests, stored_features(12))
     assert list((tmp_path / "key").iterdir()) == []
     assert isinstance(FeatureCacheError("x"), OSError)
+
+
+def test_memory_naming_a_file_is_named(tiny_bert, tmp_path):
+    path = tmp_path / "a-file"
+    path.write_text("x")
+    with pytest.raises(FeatureCacheError, match=r"memory=.*a-file' is a file, not a folder"):
+        make(tiny_bert, memory=path).fit(TEXTS)

@@ -81,6 +81,10 @@ def test_scores_name_nan_and_inf_positions():
         check_scores([0.0, np.inf, 1.0], 3)
     with pytest.raises(ValueError, match=r"^y\[0\] is nan; gold scores must be finite"):
         check_gold_scores([np.nan, 1.0], 2)
+    with pytest.raises(ValueError, match=r"^y\[1\] is 'high', not a real number; gold scores"):
+        check_gold_scores([4.5, "high"], 2)
+    with pytest.raises(ValueError, match=r"^y\[0\] is missing \(None\)"):
+        check_scores([None, 1.0], 2)
 
 
 # ------------------------------------------------------------------------------ ragged targets

@@ -27,7 +27,7 @@ from .._core.messages import report, user_stacklevel
 from .._inference.int8 import int8_unavailable
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.backbone import UNTRAINED_POOLER, SpecialTokens, model_max_length, quiet_loading
-from .._nn.network import SentenceEncoder
+from .._nn.network import SentenceEncoder, weights_version
 from .._nn.state import network_from_state, network_to_state
 from .._storage.files import check_output_dir
 from .._text.encoding import encode_texts, pad_batch
@@ -141,9 +141,12 @@ class BertEstimatorBase(BaseEstimator):
     # ------------------------------------------------------------------ fitting helpers
     def _start_fit(self, keep_learned: bool) -> None:
         """Reset what a previous ``fit`` left: the prediction caches, and unless
-        ``keep_learned`` (``warm_start``) every fitted attribute; warn for old spellings."""
+        ``keep_learned`` (``warm_start``) every fitted attribute; warn for old spellings. A
+        warm start trains, so the feature cache's key of the weights it began from goes."""
         forget_fit(self)
-        if not keep_learned:
+        if keep_learned:
+            self._forget("feature_fingerprint_")
+        else:
             self._forget(*[k for k in vars(self) if k.endswith("_") and not k.startswith("_")])
             self._forget(*self._PRIVATE_FITTED)
         warn_renamed(self.get_params(deep=False), stacklevel=3)  # the caller of _fit
@@ -385,7 +388,8 @@ class BertEstimatorBase(BaseEstimator):
         def make():
             return low_precision_copy(network, device, dtype)
 
-        return remembered(self, "low_precision", network, make, key=(str(device), dtype))
+        key = (str(device), dtype, weights_version(network))  # weights loaded in place too
+        return remembered(self, "low_precision", network, make, key=key)
 
     def _int8_runs(self, device, network=None) -> bool:
         """Whether ``precision="int8"`` runs int8 products on ``device`` (for ``network``, the

@@ -16,10 +16,13 @@ from sklearn.utils.validation import check_memory
 
 from .._core.messages import report
 from .._inference.cpu.attention import attention_kind
+from .._inference.cpu.products import products_for_this_cpu
 from .._inference.int8 import int8_kind
 from .._nn.backbone import load_tokenizer_and_config, local_directory
+from .._nn.network import weights_version
 from .._storage.feature_cache import cache_key, cached_vectors, get_store, text_digests
 from .._storage.fingerprint import directory_fingerprint, state_fingerprint
+from ..exceptions import FeatureCacheError
 from .deferred import DeferredNetwork
 from .model_source import fitted_encoder_source
 from .prediction_cache import remembered
@@ -32,6 +35,11 @@ def memory_location(memory, fine_tune_mode: str):
     if memory is None or fine_tune_mode != "none":
         return None
     memory = os.fspath(memory) if isinstance(memory, os.PathLike) else memory
+    if isinstance(memory, str) and os.path.exists(memory) and not os.path.isdir(memory):
+        raise FeatureCacheError(
+            f"memory={memory!r} is a file, not a folder: the feature cache is a folder of its "
+            "own. Pass a folder path (it is created if missing), or memory=None."
+        )
     return check_memory(memory).location
 
 
@@ -69,16 +77,18 @@ def cached_transform(estimator, first, second, root) -> np.ndarray:
             "fingerprint",
             network,
             lambda: state_fingerprint(network.backbone, estimator.tokenizer_),
+            key=weights_version(network),  # weights loaded in place: hashed again
         )
     device, dtype = estimator._device_and_dtype(inference=True)
     readout = estimator.readout_
     precision = int8_kind() if estimator._int8_runs(device) else dtype
-    attention = attention_kind() if device.type == "cpu" else None
+    on_cpu = device.type == "cpu"
     context = {
         "model": fingerprint,
         "device": device.type,
         "precision": precision,
-        "attention": attention,
+        "attention": attention_kind() if on_cpu else None,
+        "products": products_for_this_cpu().name if on_cpu else None,
     }
 
     def compute(positions, all_layers):

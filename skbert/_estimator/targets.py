@@ -252,11 +252,27 @@ def _refuse_non_finite(y: np.ndarray, what: str) -> None:
         raise ValueError(f"y[{pos}] is {float(y.ravel()[bad[0]])!r}; {what} must be finite.")
 
 
+def _refuse_non_reals(y: np.ndarray, why: str) -> None:
+    """Raise for the first value of ``y`` that is missing or not a real number, naming its
+    position and ``why`` it must be one (object, string or complex ``y`` only: numeric
+    dtypes hold numbers)."""
+    if y.dtype.kind not in "OUSc":
+        return
+    for i, value in enumerate(y.ravel()):
+        if value is None or pandas_missing(value):
+            raise ValueError(
+                f"y[{_position(i, y.shape)}] is missing ({value!r}); every sample needs a target."
+            )
+        if not isinstance(value, numbers.Real):
+            raise ValueError(f"y[{_position(i, y.shape)}] is {value!r}, not a real number; {why}.")
+
+
 def _finite_scores(y, n_samples: int, what: str) -> np.ndarray:
     """``y`` as 1-D finite float64 scores, with errors that say which ``what``."""
     y = _as_array(y, n_samples, shapes=f"y takes 1-D {what}: one per sentence pair.")
     if y.ndim != 1:
         raise ValueError(f"{what} y must be 1-D; got shape {y.shape}.")
+    _refuse_non_reals(y, f"{what} are numbers")
     y = y.astype(np.float64)
     _refuse_non_finite(y, what)
     return y
@@ -288,18 +304,9 @@ def check_regression_targets(y, n_samples: int, *, estimator: str) -> np.ndarray
     y = _as_array(y, n_samples, shapes=shapes)
     if y.ndim > 2 or (y.ndim == 2 and y.shape[1] == 0):
         raise ValueError(f"y has shape {y.shape}; {shapes}")
-    if y.dtype.kind in "OUS" or y.dtype.kind == "c":
-        for i, value in enumerate(y.ravel()):
-            if value is None or pandas_missing(value):
-                raise ValueError(
-                    f"y[{_position(i, y.shape)}] is missing ({value!r}); every sample needs a "
-                    "target."
-                )
-            if not isinstance(value, numbers.Real):
-                raise ValueError(
-                    f"y[{_position(i, y.shape)}] is {value!r}, not a real number; {estimator} "
-                    "learns real-valued targets (class labels train BertTextClassifier)."
-                )
+    _refuse_non_reals(
+        y, f"{estimator} learns real-valued targets (class labels train BertTextClassifier)"
+    )
     y = y.astype(np.float64)
     _refuse_non_finite(y, "regression targets")
     columns = y.reshape(len(y), -1)

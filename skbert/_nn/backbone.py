@@ -17,10 +17,10 @@ import torch
 
 from .._storage.fingerprint import directory_fingerprint
 from .._storage.model_files import (
-    OFFLINE_ADVICE,
     hub_source,
     is_connection_error,
     is_local_path,
+    offline_advice,
     what_folder_lacks,
 )
 
@@ -179,10 +179,11 @@ def locate_model(model: str) -> str:
         )
     located, unreachable = hub_source(source)
     if unreachable is not None:
+        advice = offline_advice()
         raise OSError(
             f"model={model!r}: the Hugging Face hub cannot be reached "
             f"({type(unreachable).__name__}: {unreachable}) and the model is not in the Hugging "
-            f"Face cache. {OFFLINE_ADVICE} {_how_to_get(model)}"
+            f"Face cache. {advice + ' ' if advice else ''}{_how_to_get(model)}"
         ) from unreachable
     return located
 
@@ -264,7 +265,8 @@ def loading_errors(model, source):
     except (OSError, ValueError) as exc:
         lacks = what_folder_lacks(source) if os.path.isdir(source) else ""
         found = f"\nThe folder {source!r} is not a complete model folder: {lacks}." if lacks else ""
-        offline = f"\n{OFFLINE_ADVICE}" if is_connection_error(exc) else ""
+        advice = offline_advice()
+        offline = f"\n{advice}" if advice and is_connection_error(exc) else ""
         raise OSError(
             f"Could not load model={model!r} (looked in {source!r}): {exc}{found}{offline}\n"
             f"{_how_to_get(model)}"
@@ -291,8 +293,13 @@ def quiet_loading():
 #: model types whose position ids start at ``padding_idx + 1`` (transformers'
 #: ``create_position_ids_from_input_ids``)
 _POSITIONS_AFTER_PADDING = frozenset(
-    {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "mpnet", "data2vec-text"}
-)
+    {
+        "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "mpnet", "data2vec-text",
+        "roberta-prelayernorm", "xmod", "ibert", "luke", "longformer",
+    }
+)  # fmt: skip
+#: the padding index of those that fix it whatever the configuration's pad_token_id says
+_FIXED_PADDING_INDEX = {"mpnet": 1}
 
 
 def model_max_length(tokenizer, config) -> int:
@@ -305,8 +312,10 @@ def model_max_length(tokenizer, config) -> int:
     if isinstance(positions, int) and positions > 0:
         # Models that number positions from padding_idx + 1 (RoBERTa's scheme) reserve
         # padding_idx + 1 of them.
-        if getattr(config, "model_type", "") in _POSITIONS_AFTER_PADDING:
-            positions -= getattr(config, "pad_token_id", 1) + 1
+        kind = getattr(config, "model_type", "")
+        if kind in _POSITIONS_AFTER_PADDING:
+            padding = _FIXED_PADDING_INDEX.get(kind, getattr(config, "pad_token_id", 1))
+            positions -= (1 if padding is None else padding) + 1
         limits.append(positions)
     return min(limits) if limits else 512
 

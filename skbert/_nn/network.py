@@ -11,6 +11,7 @@ from ..pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling, pooler_
 from .readout import Readout
 
 __all__ = [
+    "weights_version",
     "SentenceEncoder",
     "TaskNetwork",
     "SiameseNetwork",
@@ -24,6 +25,18 @@ def _mask_or_ones(attention_mask, states):
     if attention_mask is not None:
         return attention_mask
     return torch.ones(states.shape[:2], dtype=torch.int64, device=states.device)
+
+
+def weights_version(module) -> tuple | None:
+    """Changes whenever a weight of ``module`` is replaced or changed in place (a training
+    step, ``load_state_dict``, an in-place operation under ``torch.no_grad()``): each
+    parameter's storage and version counter. None for weights made under
+    ``torch.inference_mode()``, which count no versions. (Writes through ``.data`` bypass
+    the counter, as they bypass autograd: they are not seen.)"""
+    try:
+        return tuple((p.data_ptr(), p._version) for p in module.parameters())
+    except RuntimeError:
+        return None
 
 
 class SentenceEncoder(nn.Module):

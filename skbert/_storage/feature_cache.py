@@ -158,10 +158,16 @@ def text_digests(first, second=None) -> np.ndarray:
     def raw(text):
         return text.encode("utf-8", "surrogatepass")
 
+    def pair(a, b):
+        a, b = raw(a), raw(b)
+        if b"\x00" in a or b"\x00" in b:  # the first text's length marks where it ends
+            return b"3\x00" + len(a).to_bytes(8, "little") + a + b
+        return b"2\x00" + a + b"\x00" + b  # one NUL: where the first text ends
+
     if second is None:
         items = (b"1\x00" + raw(a) for a in first)
     else:
-        items = (b"2\x00" + raw(a) + b"\x00" + raw(b) for a, b in zip(first, second, strict=True))
+        items = (pair(a, b) for a, b in zip(first, second, strict=True))
     return np.array([hashlib.blake2b(item, digest_size=16).digest() for item in items], dtype="S16")
 
 
@@ -357,7 +363,13 @@ class FeatureStore:
 
 
 def cache_key(
-    readout: Readout, *, model: str, device: str, precision, attention: str | None = None
+    readout: Readout,
+    *,
+    model: str,
+    device: str,
+    precision,
+    attention: str | None = None,
+    products: str | None = None,
 ) -> dict:
     """Everything that changes the stored vectors, for :func:`get_store`.
 
@@ -376,6 +388,10 @@ def cache_key(
         Which attention kernel the CPU's tiled layers run (``"compiled"`` or ``"torch"``:
         :func:`~skbert._inference.cpu.attention.attention_kind`; their vectors differ in the
         last bits), None off the CPU.
+    products : str or None, default=None
+        Which matrix products the CPU's tiled layers run (``"blas"`` or ``"onednn"``:
+        :func:`~skbert._inference.cpu.products.products_for_this_cpu`; ``SKBERT_CPU_PRODUCTS``
+        may force either, and their vectors differ in the last bits), None off the CPU.
 
     Returns
     -------
@@ -392,6 +408,7 @@ def cache_key(
         "device": device,
         "precision": str(precision),
         "attention": attention,
+        "products": products,
         "readout": what,
     }
 

@@ -12,6 +12,7 @@ import os
 
 __all__ = [
     "OFFLINE_ADVICE",
+    "offline_advice",
     "is_local_path",
     "what_folder_lacks",
     "is_connection_error",
@@ -24,6 +25,15 @@ OFFLINE_ADVICE = (
     "Without network access, set HF_HUB_OFFLINE=1: the Hugging Face cache is then read "
     "without trying the network, and nothing waits on its retries."
 )
+
+
+def offline_advice() -> str:
+    """:data:`OFFLINE_ADVICE`, or nothing where ``HF_HUB_OFFLINE`` is already in force (as
+    huggingface_hub read it)."""
+    from huggingface_hub import constants
+
+    return "" if constants.HF_HUB_OFFLINE else OFFLINE_ADVICE
+
 
 _WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 _TOKENIZER = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")

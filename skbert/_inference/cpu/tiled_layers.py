@@ -37,6 +37,7 @@ import weakref
 
 import torch
 
+from ..._nn.network import weights_version
 from .attention import attend_block
 from .families import family_of
 from .fused_int8 import int8_products
@@ -402,12 +403,9 @@ def _eligible(backbone, int8: bool = False):
 
 
 def _signature(backbone):
-    """Changes whenever a weight is replaced or changed in place (training, loading); None for
-    weights made under ``torch.inference_mode()``, which count no versions."""
-    try:
-        return tuple((p.data_ptr(), p._version) for p in backbone.parameters())
-    except RuntimeError:
-        return None
+    """:func:`~skbert._nn.network.weights_version` of ``backbone``: the plan is rebuilt when
+    it changes."""
+    return weights_version(backbone)
 
 
 def _agrees(backbone, plan) -> bool:
