@@ -156,6 +156,24 @@ def test_sentence_transformer_round_trip(tiny_model, tmp_path, case):
     assert_round_trip(est, tmp_path, X, TEXTS)
 
 
+@pytest.mark.parametrize(
+    ("cls", "request_"), [(BertTextClassifier, True), (BertTextRegressor, "weights")]
+)
+def test_metadata_routing_requests_round_trip(tiny_bert, tmp_path, cls, request_):
+    """What set_score_request set (as GridSearchCV's best_estimator_ keeps it) is saved as
+    plain values and set again on load; an estimator with none saves none."""
+    import sklearn
+
+    y = LABELS if cls is BertTextClassifier else np.linspace(0.0, 1.0, len(TEXTS))
+    with sklearn.config_context(enable_metadata_routing=True):
+        est = cls(tiny_bert, **TRAIN).set_score_request(sample_weight=request_).fit(TEXTS, y)
+        loaded = round_trips(est, tmp_path, pickled=False)[0]
+    assert loaded._get_metadata_request().score.requests == {"sample_weight": request_}
+    plain = cls(tiny_bert, **TRAIN).fit(TEXTS, y)
+    plain.save(tmp_path / "plain")
+    assert "_metadata_request" not in vars(skbert.load(tmp_path / "plain"))
+
+
 def test_deferred_memory_fit_round_trip(tiny_model, tmp_path):
     memory = joblib.Memory(tmp_path / "cache", verbose=0)
     est = BertSentenceTransformer(tiny_model, device="cpu", memory=memory).fit(TEXTS)

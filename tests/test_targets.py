@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import sparse
+from sklearn.exceptions import DataConversionWarning
 from sklearn.model_selection import train_test_split
 
 from skbert import BertSentenceTransformer, BertTextClassifier
@@ -48,6 +49,14 @@ def test_pandas_missing_label_is_missing_not_a_type(dtype):
     shown = "nan" if dtype == "Int64" else "<NA>"  # a nullable int column reads as floats
     with pytest.raises(ValueError, match=rf"^y\[2\] is missing \({shown}\); every sample"):
         labels(y=y, n=4, allow_multilabel=False)
+
+
+def test_a_column_vector_y_is_raveled_with_sklearns_warning():
+    with pytest.warns(DataConversionWarning, match="column-vector y"):
+        y, multilabel = labels(y=np.array([[0], [1], [0], [1]]), n=4, allow_multilabel=True)
+    assert not multilabel and y.tolist() == [0, 1, 0, 1]
+    with pytest.warns(DataConversionWarning, match="column-vector y"):
+        assert check_scores(np.array([[0.5], [2.0]]), 2).tolist() == [0.5, 2.0]
 
 
 def test_sparse_indicator_is_the_dense_one():

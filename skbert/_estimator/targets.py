@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 from scipy.sparse import issparse
+from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import type_of_target
 
+from .._core.messages import user_stacklevel
 from .validation import pandas_missing
 
 __all__ = [
@@ -228,7 +231,7 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
                 ".fit_transform(y)."
             )
         return y.astype(np.float32), True
-    y = y.ravel()
+    y = _column_to_1d(y)
     _check_one_label_type(y, "y")
     if type_of_target(y) == "continuous":
         raise ValueError(
@@ -252,6 +255,19 @@ def _refuse_non_finite(y: np.ndarray, what: str) -> None:
         raise ValueError(f"y[{pos}] is {float(y.ravel()[bad[0]])!r}; {what} must be finite.")
 
 
+def _column_to_1d(y: np.ndarray) -> np.ndarray:
+    """``y`` raveled; a column vector ``(n, 1)`` with scikit-learn's DataConversionWarning
+    (as ``column_or_1d(y, warn=True)`` gives: a 1-D y was expected)."""
+    if y.ndim == 2:
+        warnings.warn(
+            "A column-vector y was passed when a 1d array was expected. Please change the "
+            "shape of y to (n_samples,), for example using ravel().",
+            DataConversionWarning,
+            stacklevel=user_stacklevel(),
+        )
+    return y.ravel()
+
+
 def _refuse_non_reals(y: np.ndarray, why: str) -> None:
     """Raise for the first value of ``y`` that is missing or not a real number, naming its
     position and ``why`` it must be one (object, string or complex ``y`` only: numeric
@@ -270,6 +286,8 @@ def _refuse_non_reals(y: np.ndarray, why: str) -> None:
 def _finite_scores(y, n_samples: int, what: str) -> np.ndarray:
     """``y`` as 1-D finite float64 scores, with errors that say which ``what``."""
     y = _as_array(y, n_samples, shapes=f"y takes 1-D {what}: one per sentence pair.")
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = _column_to_1d(y)
     if y.ndim != 1:
         raise ValueError(f"{what} y must be 1-D; got shape {y.shape}.")
     _refuse_non_reals(y, f"{what} are numbers")

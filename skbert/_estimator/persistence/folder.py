@@ -152,8 +152,9 @@ def _write_estimator(estimator, folder: Path, depth: int) -> None:
         "fitted": {
             name: writer.encode(value, name)
             for name, value in vars(estimator).items()
-            if name not in params
+            if name not in params and name != _ROUTING
         },
+        "metadata_requests": writer.encode(_metadata_requests(estimator), _ROUTING),
     }
     text = json.dumps(manifest, allow_nan=False, indent=1)
     (folder / MANIFEST).write_text(text, encoding="utf-8")
@@ -186,7 +187,45 @@ def _read_estimator(folder: Path, depth: int):
         raise ValueError(f"{odd[:3]} are not names of fitted attributes")
     estimator = cls(**params)
     vars(estimator).update(fitted)
+    if "metadata_requests" in manifest:  # earlier saves have none
+        requests = reader.decode(manifest["metadata_requests"], "metadata_requests")
+        _set_metadata_requests(estimator, requests)
     return estimator
+
+
+#: where scikit-learn keeps an estimator's metadata-routing requests (set_*_request)
+_ROUTING = "_metadata_request"
+
+
+def _metadata_requests(estimator) -> dict | None:
+    """``{method: {parameter: request}}`` of what ``set_<method>_request`` set on this
+    estimator (None if nothing was): plain values, unlike the request object itself."""
+    from sklearn.utils._metadata_requests import MethodMetadataRequest
+
+    request = vars(estimator).get(_ROUTING)
+    if request is None:
+        return None
+    return {
+        method: dict(value.requests)
+        for method, value in vars(request).items()
+        if isinstance(value, MethodMetadataRequest) and value.requests
+    }
+
+
+def _set_metadata_requests(estimator, requests) -> None:
+    """Make the saved requests again through the estimator's own ``set_<method>_request``."""
+    if not requests:
+        return
+    if not isinstance(requests, dict) or not all(isinstance(r, dict) for r in requests.values()):
+        raise ValueError(f"'metadata_requests' is not an object of objects: {requests!r}")
+    import sklearn
+
+    with sklearn.config_context(enable_metadata_routing=True):
+        for method, request in requests.items():
+            setter = getattr(estimator, f"set_{method}_request", None)
+            if setter is None:
+                raise ValueError(f"{type(estimator).__name__} has no set_{method}_request")
+            setter(**request)
 
 
 def _read_json(path: Path):
