@@ -72,8 +72,9 @@ def parse_args(argv=None):
     parser.add_argument("--limit", type=int, default=None, help="use the first N pairs per set")
     parser.add_argument("--output", default="choi2021_stsb.png", help="bar chart file")
     parser.add_argument("--seed", type=int, default=0)
-    # sphinx-gallery runs examples with its own argv: ignore what is not ours there
-    args, _ = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and "sphinx_gallery" not in sys.modules:  # its own argv, there only
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args
 
 
@@ -123,8 +124,11 @@ def check_ordering(table):
 
 
 def plot(table, path, title):
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:  # the table is printed; the chart needs matplotlib
+        print(f"matplotlib is not installed: {path} not drawn (pip install matplotlib)")
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -111,7 +111,9 @@ def parse_args(argv=None):
         default=",".join(METHODS),
         help=f"comma-separated, among: {', '.join(METHODS)} (default: all)",
     )
-    args, _ = parser.parse_known_args(argv)  # sphinx-gallery passes its own argv
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and "sphinx_gallery" not in sys.modules:  # its own argv, there only
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.quick:
         args.sizes, args.unlabelled, args.mlm_steps, args.dev = "16,64", 200, 10, 200
     args.sizes = [int(s) for s in args.sizes.split(",")]
@@ -275,8 +277,11 @@ def pretrain(args, model, texts, checkpoint):
 
 
 def plot(results, sizes, path):
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:  # the table is printed; the chart needs matplotlib
+        print(f"matplotlib is not installed: {path} not drawn (pip install matplotlib)")
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -68,7 +68,9 @@ def parse_args(argv=None):
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--limit", type=int, default=None, help="first N reviews per split")
     parser.add_argument("--quick", action="store_true", help="small version (a few minutes)")
-    args, _ = parser.parse_known_args(argv)  # sphinx-gallery passes its own argv
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and "sphinx_gallery" not in sys.modules:  # its own argv, there only
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.quick:
         args.mlm_steps, args.seeds, args.limit, args.epochs = 20, 1, 160, 1
     return args

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -87,7 +88,9 @@ def parse_args(argv=None):
     parser.add_argument("--data-home", default=os.environ.get("SKBERT_DATA", default_data))
     parser.add_argument("--n-train", type=int, default=2000, help="SST-2 training sentences")
     parser.add_argument("--limit", type=int, default=None, help="first N of each test set")
-    args, _ = parser.parse_known_args(argv)  # sphinx-gallery passes its own argv
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and "sphinx_gallery" not in sys.modules:  # its own argv, there only
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args
 
 

@@ -44,8 +44,8 @@ def get_data_home(data_home=None) -> Path:
     pathlib.Path
         The folder, with ``~`` expanded. It need not exist.
     """
-    if data_home is None:
-        data_home = os.environ.get("SKBERT_DATA", "~/skbert_data")
+    if data_home is None:  # an empty SKBERT_DATA counts as unset, not as the current folder
+        data_home = os.environ.get("SKBERT_DATA") or "~/skbert_data"
     return Path(data_home).expanduser()
 
 
@@ -57,8 +57,8 @@ def _require(path: Path, name: str, source: str, download: bool = False) -> Path
         raise FileNotFoundError(
             f"{name}: {path} not found. Put the files of {source} in "
             f"{path.parent} (or point data_home / the SKBERT_DATA environment variable at the "
-            "folder that holds them), or pass download_if_missing=True to fetch them from "
-            "their public source."
+            f"folder that holds {path.parent.name}/), or pass download_if_missing=True to fetch "
+            "them from their public source."
         )
     return path
 
@@ -101,7 +101,8 @@ def load_stsb(split="test", *, data_home=None, return_X_y=False, download_if_mis
             The gold similarity scores, from 0 to 5.
         genre : ndarray of shape (n_pairs,), dtype=object
             The source of each pair: ``"main-captions"``, ``"main-forums"`` or
-            ``"main-news"``.
+            ``"main-news"`` (the training file's ``"main-forum"`` is read as
+            ``"main-forums"``, as the other splits spell it).
     (data, target) : tuple of ndarray
         When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
@@ -116,7 +117,7 @@ def load_stsb(split="test", *, data_home=None, return_X_y=False, download_if_mis
     with open(path, encoding="utf-8") as handle:
         # Some rows carry two extra columns (sources): take columns 4-6 only.
         for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE):
-            genres.append(row[0])
+            genres.append("main-forums" if row[0] == "main-forum" else row[0])
             scores.append(float(row[4]))
             pairs.append((row[5], row[6]))
     data = np.empty((len(pairs), 2), dtype=object)

@@ -26,6 +26,8 @@ def test_stsb(data_home, split, n):
     bunch = load_stsb(split, data_home=data_home)
     assert bunch.data.shape == (n, 2) and bunch.target.shape == (n,)
     assert bunch.target.min() >= 0 and bunch.target.max() <= 5
+    # one spelling of each genre in every split (the training file writes "main-forum")
+    assert set(bunch.genre) == {"main-captions", "main-forums", "main-news"}
 
 
 @pytest.mark.shared_data
@@ -65,10 +67,12 @@ def test_data_home_from_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("SKBERT_DATA", str(tmp_path))
     assert get_data_home() == tmp_path
     assert get_data_home("/elsewhere").as_posix() == "/elsewhere"
+    monkeypatch.setenv("SKBERT_DATA", "")  # set but empty: unset, not the current folder
+    assert get_data_home() == get_data_home("~/skbert_data")
 
 
 def test_missing_files_say_where_to_put_them(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"stsb.*SKBERT_DATA"):
+    with pytest.raises(FileNotFoundError, match=r"stsb.*SKBERT_DATA.*the folder that holds stsb/"):
         load_stsb("test", data_home=tmp_path)
 
 

@@ -162,3 +162,19 @@ def test_torchrun_example_runs_in_one_process(tiny_bert, capsys):
     result = example.main(["--model", tiny_bert, "--limit", "40", "--max-epochs", "1"])
     assert len(result["loss_curve"]) == 1 and 0 <= result["accuracy"] <= 1
     assert "1 process(es): fit in" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "name", ["choi2021_sentence_embeddings", "few_shot_sun2019", "itpt_imdb_sun2019", "layer_grid"]
+)
+def test_a_mistyped_option_is_an_error_not_the_full_run(name, monkeypatch, capsys):
+    """--quik (for --quick) must not start the hours-long default run; sphinx-gallery's own
+    argv alone is let through."""
+    import sys
+
+    example = load_example(name)
+    with pytest.raises(SystemExit):
+        example.parse_args(["--quik"])
+    assert "unrecognized arguments: --quik" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "sphinx_gallery", object())
+    example.parse_args(["--gallery-own-flag"])
