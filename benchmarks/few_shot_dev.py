@@ -21,7 +21,8 @@ trained)``) for the LogisticRegression: the head weighs how much of each it need
 2022), before the LogisticRegression: with 15 batches per text each (about one default fit's
 time) or 30 (twice).
 
-``SetFit`` runs SetFit 1.2 with its defaults (``bench_few_shot.fit_setfit``) on the same draws.
+``SetFit`` runs SetFit 1.2 with issue 24's settings (``bench_few_shot.fit_setfit``: its
+defaults but ``num_iterations=20``, the paper's setting) on the same draws.
 
 ``--heads`` scores each fit (skbert's encoder, or SetFit's trained body) with several
 scikit-learn heads on its vectors for the cost of one training: ``lr`` (the
