@@ -99,6 +99,30 @@ def test_classifier_outputs_alone_equal_together(packaged_model, params):
     np.testing.assert_array_equal(clf.decision_function(X[10:40]), clf.decision_function(X)[10:40])
 
 
+@pytest.mark.parametrize("width", [10, 15, 33, 384])
+def test_fixed_blocks_give_a_row_its_bits_at_any_width(width):
+    """The math library rounds a row by its address too (rows of 10 float32 values sit at 8
+    offsets of a 64-byte line): every row is laid on a line of its own."""
+    from skbert._inference.fixed_blocks import in_fixed_blocks
+
+    torch.manual_seed(0)
+    layer, rows = torch.nn.Linear(width, 3), torch.randn(100, width)
+    with torch.inference_mode():
+        together = in_fixed_blocks(layer, rows)
+        for i in range(100):
+            assert torch.equal(in_fixed_blocks(layer, rows[i : i + 1])[0], together[i]), i
+        assert torch.equal(in_fixed_blocks(layer, rows[3:]), together[3:])
+
+
+def test_classifier_on_a_narrow_cnn_pooling_alone_equals_together(tiny_bert):
+    X = sentences(60, seed=6, longest=20)
+    clf = BertTextClassifier(
+        tiny_bert, pooling="cnn", cnn_kernel_sizes=(7, 9), cnn_channels=5, max_epochs=1,
+        batch_size=8, device="cpu", random_state=0,
+    ).fit(X, np.arange(len(X)) % 2)  # fmt: skip
+    np.testing.assert_array_equal(one_by_one(clf.predict_proba, X), clf.predict_proba(X))
+
+
 def test_tiny_models_alone_equal_together(tiny_model):
     X = sentences(40, seed=5, longest=20)
     est = BertSentenceTransformer(tiny_model, pooling="max", layer=[1, 2], device="cpu")

@@ -269,3 +269,17 @@ def test_text_windows_are_the_chunks_with_special_tokens(tiny_bert):
     assert all(w["attention_mask"] == [1] * len(w["input_ids"]) for w in windows)
     assert "offset_mapping" not in text_windows(ids, 3, specials)[0]
     assert text_windows([], 3, specials) == []  # no token, no window (chunks give one)
+
+
+@pytest.mark.parametrize(("name", "n_pair"), [("tiny_bert", 3), ("tiny_roberta", 4)])
+def test_pairs_need_room_for_a_token_of_each_sentence(request, name, n_pair):
+    """A max_length at or under a pair's special tokens left a negative budget: rows longer
+    than max_length (and an IndexError on long pairs). It is refused, naming the minimum."""
+    from skbert import BertSentenceTransformer
+
+    model = request.getfixturevalue(name)
+    pair = [["the cat sat on the mat", "a dog sat on the cat"]]
+    with pytest.raises(ValueError, match=rf"max_length=4 .* use max_length >= {n_pair + 2}"):
+        BertSentenceTransformer(model, max_length=4).fit(pair).transform(pair)
+    vectors = BertSentenceTransformer(model, max_length=n_pair + 2).fit(pair).transform(pair)
+    assert np.isfinite(vectors).all()

@@ -228,8 +228,14 @@ def _encode_each(tokenizer, specials, first, second, readout):
                 kept = truncate(ids, budget, strategy, readout.head_length)
                 rows.append([specials.build(kept)])
         return rows, truncated
-    ids_second = token_ids(tokenizer, second)
     budget = max_length - specials.n_pair
+    if budget < 2:  # not one token of each sentence: rows would outgrow max_length
+        raise ValueError(
+            f"max_length={max_length} leaves no room for sentence pairs: this tokenizer adds "
+            f"{specials.n_pair} special tokens to a pair; use max_length >= "
+            f"{specials.n_pair + 2} (one token of each sentence) for pairs."
+        )
+    ids_second = token_ids(tokenizer, second)
     for a, b in zip(ids_first, ids_second, strict=True):
         truncated.append(len(a) + len(b) > budget)
         rows.append([specials.build(*truncate_pair(a, b, budget, strategy, readout.head_length))])
