@@ -30,6 +30,7 @@ from .._nn.backbone import UNTRAINED_POOLER, SpecialTokens, model_max_length, qu
 from .._nn.network import SentenceEncoder, weights_version
 from .._nn.state import network_from_state, network_to_state
 from .._storage.files import check_output_dir
+from .._storage.fingerprint import weights_fingerprint
 from .._text.encoding import encode_texts, pad_batch
 from .._training.distributed import shared_seed
 from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
@@ -199,14 +200,8 @@ class BertEstimatorBase(BaseEstimator):
         if isinstance(self.model, str):
             return self.model
         fitted = fitted_encoder_source(self.model)
-        digest = hashlib.blake2b(digest_size=8)
-        for name, value in fitted.fitted_network().backbone.state_dict().items():
-            digest.update(name.encode())
-            digest.update(value.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-        return (
-            f"a fitted {type(fitted).__name__} of {fitted._fitted_model} (encoder "
-            f"weights {digest.hexdigest()})"
-        )
+        weights = weights_fingerprint(fitted.fitted_network().backbone)
+        return f"a fitted {type(fitted).__name__} of {fitted._fitted_model} (encoder {weights})"
 
     #: parameters that do not change what a fit learns (or that the training loop's own
     #: identity covers: the seed drawn from random_state, the device type), left out of a
