@@ -26,7 +26,8 @@ of steps. The table is printed and the curve saved to ``few_shot_sst2.png``.
 Honest about scale: the paper pre-trains BERT-base for 100,000 steps; here MiniLM gets a few
 hundred, and all-MiniLM-L6-v2 ships without a trained masked-LM head (skbert warns), so the first
 steps train that head. Needs the packaged model and SST-2 in ``$SKBERT_DATA`` (default
-``../shared/data``). ``--quick`` runs a small version, ``--methods frozen`` (or any of the
+``../shared/data``). ``--quick`` runs a small version (``--quick --sizes 16`` keeps your
+sizes), ``--methods frozen`` (or any of the
 four) only some of the curves; with ``--results curves.json`` each run stores its curves in that
 file beside those of earlier runs, and the table and chart show them all.
 
@@ -105,7 +106,11 @@ def parse_args(argv=None):
         help="JSON file of curves: this run's are stored there beside those of earlier runs "
         "(a curve run again replaces its old one), and the table and chart show them all",
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes and budgets")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and budgets (options given explicitly keep their values)",
+    )
     parser.add_argument(
         "--methods",
         default=",".join(METHODS),
@@ -114,8 +119,9 @@ def parse_args(argv=None):
     args, unknown = parser.parse_known_args(argv)
     if unknown and "sphinx_gallery" not in sys.modules:  # its own argv, there only
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if args.quick:
-        args.sizes, args.unlabelled, args.mlm_steps, args.dev = "16,64", 200, 10, 200
+    if args.quick:  # new defaults: an option given on the command line keeps its value
+        parser.set_defaults(sizes="16,64", unlabelled=200, mlm_steps=10, dev=200)
+        args = parser.parse_known_args(argv)[0]
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.methods = [m.strip() for m in args.methods.split(",")]
     unknown = sorted(set(args.methods) - set(METHODS))

@@ -37,7 +37,8 @@ masked-LM head (skbert warns; its first steps train the head). A difference belo
 within noise here.
 
 Needs the packaged model and the IMDb sample in ``$SKBERT_DATA/imdb-sample`` (default
-``../shared/data``); ``--quick`` runs a small version.
+``../shared/data``); ``--quick`` runs a small version (options given with it, such as
+``--quick --seeds 3``, keep their values).
 """
 # sphinx_gallery_thumbnail_path = "_static/thumb_itpt_imdb_sun2019.png"
 
@@ -67,12 +68,17 @@ def parse_args(argv=None):
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--limit", type=int, default=None, help="first N reviews per split")
-    parser.add_argument("--quick", action="store_true", help="small version (a few minutes)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small version, a few minutes (options given explicitly keep their values)",
+    )
     args, unknown = parser.parse_known_args(argv)
     if unknown and "sphinx_gallery" not in sys.modules:  # its own argv, there only
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if args.quick:
-        args.mlm_steps, args.seeds, args.limit, args.epochs = 20, 1, 160, 1
+    if args.quick:  # new defaults: an option given on the command line keeps its value
+        parser.set_defaults(mlm_steps=20, seeds=1, limit=160, epochs=1)
+        args = parser.parse_known_args(argv)[0]
     return args
 
 

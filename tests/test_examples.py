@@ -178,3 +178,22 @@ def test_a_mistyped_option_is_an_error_not_the_full_run(name, monkeypatch, capsy
     assert "unrecognized arguments: --quik" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "sphinx_gallery", object())
     example.parse_args(["--gallery-own-flag"])
+
+
+@pytest.mark.parametrize(
+    "name, quick, explicit",
+    [
+        ("few_shot_sun2019", {"sizes": [16, 64], "mlm_steps": 10}, ["--mlm-steps", "33"]),
+        ("itpt_imdb_sun2019", {"seeds": 1, "epochs": 1, "limit": 160}, ["--seeds=3"]),
+    ],
+)
+def test_quick_sets_budgets_but_keeps_options_given_with_it(name, quick, explicit):
+    example = load_example(name)
+    args = vars(example.parse_args(["--quick"]))
+    assert {key: args[key] for key in quick} == quick
+    given = vars(example.parse_args(["--quick", *explicit]))
+    option, value = explicit[0].split("=") if "=" in explicit[0] else explicit
+    key = option.lstrip("-").replace("-", "_")
+    assert given[key] == int(value) and args[key] != int(value)
+    given.pop(key), args.pop(key)
+    assert given == args  # the other quick budgets stand
