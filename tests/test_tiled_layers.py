@@ -390,6 +390,30 @@ def test_repeated_texts_and_pairs_count_in_the_truncation_report(tiny_bert):
     assert other.rows[0] is not other.rows[1]  # same first sentence, another pair
 
 
+def test_verbose_says_which_chunked_texts_lost_tokens_past_max_chunks(tiny_bert, capsys):
+    from skbert._text.encoding import encode_texts
+
+    words = " ".join(["one two three four five six seven"] * 3)  # 21 tokens: 4 windows of 6
+    est = BertSentenceTransformer(
+        tiny_bert, device="cpu", max_length=8, truncation="chunks", max_chunks=3, verbose=1
+    ).fit(["a"])
+    encoded = encode_texts(
+        est.tokenizer_,
+        est.special_tokens_,
+        [words, "one two three four five six seven", "a"],
+        readout=est.readout_,
+    )
+    assert (encoded.n_truncated, encoded.n_cut) == (2, 1)  # 18 tokens kept of the 21
+    assert [len(rows) for rows in encoded.rows] == [3, 2, 1]
+    est.transform([words, "a cat"])
+    err = capsys.readouterr().err
+    assert "1 of 2 texts exceed max_length=8 tokens and were split into chunks; 1 of them" in err
+    assert "more than max_chunks=3 windows and lost the tokens past those" in err
+    est.set_params(max_chunks=None).fit(["a"]).transform([words])
+    err = capsys.readouterr().err
+    assert "split into chunks." in err and "max_chunks" not in err
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_product_computes_a_row_from_that_row_alone(kind, dtype):

@@ -300,6 +300,11 @@ class BertEstimatorBase(BaseEstimator):
                 if self.readout_.chunked
                 else f"truncated (truncation={self.truncation!r})"
             )
+            if self.readout_.chunked and encoded.n_cut:
+                how += (
+                    f"; {encoded.n_cut} of them need more than max_chunks={self.max_chunks} "
+                    "windows and lost the tokens past those"
+                )
             report(
                 f"{type(self).__name__}: {encoded.n_truncated} of {len(encoded)} texts exceed "
                 f"max_length={self.max_length_} tokens and were {how}."

@@ -122,7 +122,8 @@ chunk_pooling : {"mean", "max", "attention"}, default="mean"
     ``"attention"`` learns a weight per window (Sun et al.'s hierarchical
     self-attention).
 max_chunks : int or None, default=None
-    With ``truncation="chunks"``, use at most this many windows per text (the first ones);
+    With ``truncation="chunks"``, use at most this many windows per text (the first ones;
+    the tokens past them are dropped, and ``verbose=1`` counts the texts that lost some);
     None uses all.
 cnn_kernel_sizes : tuple of int, default=(1, 3, 5)
     Widths (in tokens) of the convolutions of ``pooling="cnn"``.

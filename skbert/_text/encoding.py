@@ -43,11 +43,14 @@ class Encoded:
     """Model-ready rows for a list of texts.
 
     ``rows[i]`` is the list of ``(input_ids, token_type_ids)`` rows of text ``i``: one row,
-    or one per chunk with ``truncation="chunks"``.
+    or one per chunk with ``truncation="chunks"``. ``n_truncated`` counts the texts longer
+    than one row holds; ``n_cut`` those that lost tokens (all of them, except with
+    ``truncation="chunks"``, where only texts past ``max_chunks`` windows lose any).
     """
 
     rows: list
     n_truncated: int
+    n_cut: int = 0
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -201,24 +204,30 @@ def _encode(tokenizer, specials, first, second, readout) -> Encoded:
     index = {}
     where = [index.setdefault(key, len(index)) for key in keys]
     if len(index) == len(keys):
-        rows, truncated = _encode_each(tokenizer, specials, first, second, readout)
-        return Encoded(rows, sum(truncated))
+        rows, truncated, cut = _encode_each(tokenizer, specials, first, second, readout)
+        return Encoded(rows, sum(truncated), sum(cut))
     distinct = list(index)
     if second is None:
-        rows, truncated = _encode_each(tokenizer, specials, distinct, None, readout)
+        rows, truncated, cut = _encode_each(tokenizer, specials, distinct, None, readout)
     else:
         pairs = ([a for a, _ in distinct], [b for _, b in distinct])
-        rows, truncated = _encode_each(tokenizer, specials, *pairs, readout)
-    return Encoded([rows[j] for j in where], sum(truncated[j] for j in where))
+        rows, truncated, cut = _encode_each(tokenizer, specials, *pairs, readout)
+    return Encoded(
+        [rows[j] for j in where], sum(truncated[j] for j in where), sum(cut[j] for j in where)
+    )
 
 
 def _encode_each(tokenizer, specials, first, second, readout):
-    """Rows of every text (or pair), and whether each was longer than ``max_length``."""
+    """Rows of every text (or pair), whether each was longer than ``max_length``, and whether
+    each lost tokens."""
     max_length, strategy = readout.max_length, readout.truncation
     ids_first = token_ids(tokenizer, first)
     rows, truncated = [], []
     if second is None:
         budget = max_length - specials.n_single
+        if readout.chunked:  # texts lose tokens only past max_chunks windows
+            most = None if readout.max_chunks is None else budget * readout.max_chunks
+            cut = [most is not None and len(ids) > most for ids in ids_first]
         for ids in ids_first:
             truncated.append(len(ids) > budget)
             if readout.chunked:
@@ -227,7 +236,7 @@ def _encode_each(tokenizer, specials, first, second, readout):
             else:
                 kept = truncate(ids, budget, strategy, readout.head_length)
                 rows.append([specials.build(kept)])
-        return rows, truncated
+        return rows, truncated, cut if readout.chunked else truncated
     budget = max_length - specials.n_pair
     if budget < 2:  # not one token of each sentence: rows would outgrow max_length
         raise ValueError(
@@ -239,7 +248,7 @@ def _encode_each(tokenizer, specials, first, second, readout):
     for a, b in zip(ids_first, ids_second, strict=True):
         truncated.append(len(a) + len(b) > budget)
         rows.append([specials.build(*truncate_pair(a, b, budget, strategy, readout.head_length))])
-    return rows, truncated
+    return rows, truncated, truncated
 
 
 def text_windows(ids, budget: int, specials, offsets=None) -> list:
