@@ -172,7 +172,27 @@ def test_bad_targets_are_refused_with_their_position(tiny_bert, y, match):
     assert not hasattr(reg, "network_")
 
 
-def test_early_stopping_scores_what_score_gives(tiny_bert):
+def _auto_as_on_cuda(original):
+    """resolve_precision's CUDA rule for "auto" on this CPU: a small model trains in fp32 and
+    predicts in bf16."""
+
+    def resolve(precision, device, *, training_flops=None):
+        if precision != "auto":
+            return original(precision, device, training_flops=training_flops)
+        return None if training_flops is not None else torch.bfloat16
+
+    return resolve
+
+
+@pytest.mark.parametrize("rule", ["this machine's", "CUDA's"])
+def test_early_stopping_scores_what_score_gives(tiny_bert, rule, monkeypatch):
+    if rule == "CUDA's":  # training and prediction precisions differ: validate as predict
+        from skbert._core import devices
+        from skbert._estimator import base, supervised
+
+        resolve = _auto_as_on_cuda(devices.resolve_precision)
+        monkeypatch.setattr(base, "resolve_precision", resolve)
+        monkeypatch.setattr(supervised, "resolve_precision", resolve, raising=False)
     reg = make(
         tiny_bert, max_epochs=4, early_stopping=True, validation_fraction=0.3, n_iter_no_change=4
     )

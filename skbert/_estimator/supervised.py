@@ -23,6 +23,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from .._core.deprecations import fine_tune_constraint
+from .._core.devices import resolve_precision
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.network import TaskNetwork
 from .._text.encoding import refuse_chunked_pairs
@@ -136,6 +137,7 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
                 random_state=seed,
             )
         device, dtype = self._device_and_dtype(trained=network)
+        predict_dtype = resolve_precision(self.precision, device)  # that of predict and score
         encoded = self._encode(first, second)
         lengths = [sum(len(r[0]) for r in rows) for rows in encoded.rows]
         loss = self._training_loss(targets, device)
@@ -158,7 +160,7 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
                     return 0, 0
                 if share not in held_out:
                     held_out[share] = encoded.subset(rows)
-                inference = low_precision_copy(network, device, dtype)
+                inference = low_precision_copy(network, device, predict_dtype)
                 outputs = predict_rows(
                     inference,
                     held_out[share],
