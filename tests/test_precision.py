@@ -30,7 +30,8 @@ def test_training_flops_from_the_config():
 
 
 def test_auto_on_cuda_trains_small_models_in_fp32(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))  # H100
     cuda = torch.device("cuda")
     small = training_flops(_model(384, 6, 1536))
     assert resolve_precision("auto", cuda, training_flops=small) is None
@@ -40,8 +41,15 @@ def test_auto_on_cuda_trains_small_models_in_fp32(monkeypatch):
     assert resolve_precision("auto", cuda) is torch.bfloat16  # inference: bf16
     assert resolve_precision("auto", cuda, training_flops=None) is torch.bfloat16
     assert resolve_precision("bf16", cuda, training_flops=small) is torch.bfloat16  # asked
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert resolve_precision("auto", cuda, training_flops=10**12) is torch.float16
+    # a T4 (7.5) or V100 (7.0): torch.cuda.is_bf16_supported() says yes (emulated), but
+    # bf16 is slower than fp16 there
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    for capability in (7, 5), (7, 0):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, c=capability: c)
+        assert resolve_precision("auto", cuda, training_flops=10**12) is torch.float16
+        assert resolve_precision("auto", cuda) is torch.float16
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (8, 0))  # A100
+    assert resolve_precision("auto", cuda) is torch.bfloat16
 
 
 @pytest.mark.parametrize("device", ["cpu", "mps"])

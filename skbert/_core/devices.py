@@ -69,11 +69,12 @@ def resolve_precision(precision: str, device: torch.device, *, training_flops=No
     """Return the autocast dtype for ``precision`` on ``device``, or None for float32.
 
     ``"auto"`` means fp32 on the CPU and MPS (where reduced precision is opt-in: ask for
-    ``"bf16"``). On CUDA it means bf16 (fp16 where bf16 is missing), except for training a
-    model cheaper than BERT-base (``training_flops``, the matrix-product FLOPs per token, below
-    :data:`BF16_TRAINING_MIN_FLOPS`): such a model is too small to keep the GPU's matrix
-    units busy, and autocast's casts cost more than they save (fine-tuning all-MiniLM-L6-v2
-    on an NVIDIA H200 was 1.7x slower in bf16 than in fp32), so it trains in fp32.
+    ``"bf16"``). On CUDA it means bf16 (fp16 on GPUs without bf16 hardware, before Ampere),
+    except for training a model cheaper than BERT-base (``training_flops``, the matrix-product
+    FLOPs per token, below :data:`BF16_TRAINING_MIN_FLOPS`): such a model is too small to keep
+    the GPU's matrix units busy, and autocast's casts cost more than they save (fine-tuning
+    all-MiniLM-L6-v2 on an NVIDIA H200 was 1.7x slower in bf16 than in fp32), so it trains in
+    fp32.
 
     ``"int8"`` is an inference precision: it trains in fp32 (None here), and prediction runs
     int8 products on the CPU where it can (:mod:`skbert._inference.int8`).
@@ -89,10 +90,19 @@ def resolve_precision(precision: str, device: torch.device, *, training_flops=No
             return None
         if training_flops is not None and training_flops < BF16_TRAINING_MIN_FLOPS:
             return None
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if _bf16_in_hardware(device) else torch.float16
     raise ValueError(
         f"precision={precision!r} is not allowed; use 'auto', 'fp32', 'bf16', 'fp16' or 'int8'."
     )
+
+
+def _bf16_in_hardware(device: torch.device) -> bool:
+    """Whether the GPU ``device`` computes bf16 in hardware: compute capability 8.0 (Ampere) and
+    later, and ROCm's GPUs. ``torch.cuda.is_bf16_supported()`` also counts emulation, which
+    says yes on a T4 or V100, where bf16 is slower than fp16."""
+    if torch.version.hip:
+        return True
+    return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def autocast(device: torch.device, dtype):
