@@ -33,6 +33,7 @@ from ._core.devices import resolve_device, resolve_precision
 from ._core.flops import training_flops
 from ._core.launch import current_share
 from ._core.messages import report
+from ._core.rng import seeded
 from ._estimator.model_source import fitted_encoder_source, load_encoder
 from ._estimator.validation import check_texts
 from ._nn.backbone import (
@@ -535,8 +536,7 @@ def _train_masked_lm_of(model, texts, run: _MaskedLMRun):
     """
     device = resolve_device(run.device)
     resolve_precision(run.precision, device)  # a bad value fails before the model loads
-    with torch.random.fork_rng(devices=[]):  # a new masked-LM head's init: seeded too
-        torch.manual_seed(run.seed)
+    with seeded(run.seed):  # a new masked-LM head's init: seeded too
         tokenizer, mlm = load_masked_lm(model)
     dtype = resolve_precision(run.precision, device, training_flops=training_flops(mlm))
     # the positions the model has (RoBERTa's scheme reserves some), as the estimators cap

@@ -15,6 +15,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._core.deprecations import fine_tune_constraint, read_fine_tune
+from ._core.rng import seeded
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
 from ._estimator.contrastive import (
     CONTRASTIVE_PARAMETERS,
@@ -449,8 +450,7 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             n_classes = len(self.classes_)
         checkpoint = self._checkpoint(first, second, targets.numpy(), objective=objective)
         seed = self._fit_seed(checkpoint)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded(seed):
             # a warm start trains copies: the fitted model stays as it is if the fit fails
             encoder = self._warm_start_network() if keep_encoder else self._build_encoder()
             output_layer = copy.deepcopy(self.output_layer_) if continuing else None

@@ -17,13 +17,13 @@ from abc import ABCMeta, abstractmethod
 from numbers import Integral, Real
 
 import numpy as np
-import torch
 from sklearn.model_selection import train_test_split
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from .._core.deprecations import fine_tune_constraint
 from .._core.devices import resolve_precision
+from .._core.rng import seeded
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.network import TaskNetwork
 from .._text.encoding import refuse_chunked_pairs
@@ -201,8 +201,7 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
             network = self._warm_start_network()
             network.dropout.p = self.dropout
             return network
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded(seed):
             encoder = self._build_encoder()
             self.mlm_loss_curve_ = None
             if self.mlm_steps:  # under its own forked RNGs: the output layer's init is unmoved

@@ -40,6 +40,7 @@ import torch
 
 from .._core.devices import autocast
 from .._core.messages import progress, report
+from .._core.rng import reseed, seeded
 from ..exceptions import TrainingDivergedError
 from ..optim import layerwise_param_groups
 from .distributed import StepLoss, check_agree, join, sum_over_ranks
@@ -263,8 +264,7 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
     if not batches:
         raise ValueError("no training batches: the training data is empty.")
     plan = _plan(config, len(batches), desc)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + share.rank)  # the ranks' dropout draws differ
+    with seeded(seed + share.rank, config.device):  # the ranks' dropout draws differ
         opt = _optimisation(network, config, plan.total_steps)
         stored = None if checkpoint is None else checkpoint.load(identity)
         if stored is not None:
@@ -273,7 +273,7 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
                 done = " (finished: nothing left to train)" if state.finished else ""
                 report(f"{desc}: resumed from step {state.step} of {plan.total_steps}{done}.")
             if share.distributed:  # the checkpoint holds rank 0's RNG: each rank its own
-                torch.manual_seed(_rank_seed(seed, share.rank, state.step))
+                reseed(_rank_seed(seed, share.rank, state.step), config.device)
         check_agree({"the step to resume from": state.step})
         step_loss = StepLoss(network, loss_fn, share, config.device)
         if not share.writer:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .._core.rng import seeded
 from .._nn.network import MaskedLMNetwork
 from .._text.encoding import pad_features
 from .loop import length_grouped_batches, train
@@ -102,8 +103,7 @@ class MaskedBatch:
     def masked(self, features, tokenizer, mlm_probability, whole_word_mask) -> dict:
         """:func:`mask_batch` of the whole batch under the batch's seed, then this share's rows
         (padding columns that none of them needs dropped)."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
+        with seeded(self.seed):  # the CPU's generator only: the GPU's dropout is the step's
             rows = [features[i] for i in self.indices]
             inputs = mask_batch(rows, tokenizer, mlm_probability, whole_word_mask)
         if self.rows == slice(None):

@@ -16,28 +16,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from .._core.rng import device_rng_state, set_device_rng_state
+
 if TYPE_CHECKING:
     from .loop import _Optimisation, _Plan, _Progress
 
 __all__ = ["snapshot", "restore", "encode_numpy_state", "decode_numpy_state"]
-
-
-def _device_rng_state(device: torch.device):
-    """The accelerator's RNG state (dropout draws from it there), or None on the CPU."""
-    if device.type == "cuda":
-        return torch.cuda.get_rng_state(device)
-    if device.type == "mps":
-        return torch.mps.get_rng_state()
-    return None
-
-
-def _set_device_rng_state(device: torch.device, rng_state) -> None:
-    if rng_state is None:
-        return
-    if device.type == "cuda":
-        torch.cuda.set_rng_state(rng_state, device)
-    elif device.type == "mps":
-        torch.mps.set_rng_state(rng_state)
 
 
 def _cpu_state(state_dict) -> dict:
@@ -52,7 +36,7 @@ def snapshot(network, opt: _Optimisation, state: _Progress, device) -> dict:
         "scheduler": opt.scheduler.state_dict(),
         "scaler": opt.scaler.state_dict(),
         "torch_rng": torch.get_rng_state(),
-        "device_rng": _device_rng_state(device),
+        "device_rng": device_rng_state(device),
         "numpy_rng": encode_numpy_state(state.epoch_rng),
         "loop": {
             "epoch": state.epoch,
@@ -85,7 +69,7 @@ def restore(
     opt.scheduler.load_state_dict(stored["scheduler"])
     opt.scaler.load_state_dict(stored["scaler"])
     torch.set_rng_state(stored["torch_rng"])
-    _set_device_rng_state(device, stored["device_rng"])
+    set_device_rng_state(device, stored["device_rng"])
     for key, value in loop.items():
         setattr(state, key, value)
     state.history.loss_curve = list(stored["loss_curve"])

@@ -1,0 +1,71 @@
+"""Seeded blocks that leave the caller's random streams as they were.
+
+``torch.manual_seed`` seeds the CPU's generator and every GPU's, and
+``torch.random.fork_rng(devices=[])`` puts back only the CPU's: a fit on CUDA left the user's
+GPU stream reseeded, and a seed meant for one block (a masked-LM batch's masks, drawn on the
+CPU) also set the GPU's dropout draws of the step. :func:`seeded` seeds the generators named and
+puts back what they held; :func:`reseed` seeds them again inside such a block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+__all__ = ["seeded", "reseed", "device_rng_state", "set_device_rng_state"]
+
+
+def device_rng_state(device: torch.device):
+    """The accelerator's RNG state (dropout draws from it there), or None on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
+    if device.type == "mps":
+        return torch.mps.get_rng_state()
+    return None
+
+
+def set_device_rng_state(device: torch.device, rng_state) -> None:
+    """Put back a state of :func:`device_rng_state` (nothing for None)."""
+    if rng_state is None:
+        return
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(rng_state, device)
+    elif device.type == "mps":
+        torch.mps.set_rng_state(rng_state)
+
+
+def reseed(seed: int, device: torch.device | None = None) -> None:
+    """Seed the CPU's generator and, for a CUDA or MPS ``device``, that device's one only."""
+    torch.random.default_generator.manual_seed(seed)
+    if device is None:
+        return
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)
+    elif device.type == "mps":
+        torch.mps.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def seeded(seed: int, device: torch.device | None = None):
+    """Run the block with the CPU's generator (and a CUDA or MPS ``device``'s) seeded with
+    ``seed``; afterwards each of them holds what it held before, whatever the block drew.
+
+    Parameters
+    ----------
+    seed : int
+        The seed.
+    device : torch.device or None, default=None
+        The accelerator whose generator the block draws from too (dropout on a GPU); None or
+        the CPU: only the CPU's generator.
+    """
+    held_cpu = torch.get_rng_state()
+    held_device = None if device is None else device_rng_state(device)
+    try:
+        reseed(seed, device)
+        yield
+    finally:
+        torch.set_rng_state(held_cpu)
+        if held_device is not None:
+            set_device_rng_state(device, held_device)
