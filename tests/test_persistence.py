@@ -329,13 +329,24 @@ def test_save_refuses_unfitted_files_and_foreign_folders(tiny_bert, tmp_path):
         BertSentenceTransformer(tiny_bert).save(tmp_path / "x")
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
     (tmp_path / "file").write_text("mine")
-    with pytest.raises(NotADirectoryError, match="file"):
+    with pytest.raises(NotADirectoryError, match="give a new path or an empty folder, or a prev"):
         est.save(tmp_path / "file")
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not an skbert save"):
         est.save(tmp_path / "folder")
     assert (tmp_path / "folder" / "notes.txt").read_text() == "mine"
+    # a file named like the manifest is not a save: the folder is the user's, not replaced
+    (tmp_path / "folder" / "skbert.json").write_text('{"experiment": 3}')
+    with pytest.raises(FileExistsError, match="not an skbert save"):
+        est.save(tmp_path / "folder")
+    assert sorted(p.name for p in (tmp_path / "folder").iterdir()) == ["notes.txt", "skbert.json"]
+    # a link to a save: renaming the link would leave the save it names as it was
+    est.save(tmp_path / "v1")
+    (tmp_path / "latest").symlink_to(tmp_path / "v1")
+    with pytest.raises(FileExistsError, match="symbolic link; .*give the folder it points to"):
+        est.save(tmp_path / "latest")
+    assert (tmp_path / "latest").is_symlink()
     (tmp_path / "empty").mkdir()
     est.save(tmp_path / "empty")
     assert skbert.load(tmp_path / "empty").transform(TEXTS).shape == est.transform(TEXTS).shape

@@ -63,12 +63,19 @@ def test_atomic_write_syncs_to_disk_only_when_durable(tmp_path, monkeypatch, dur
 
 
 def test_replace_folder_swaps_a_previous_folder(tmp_path):
+    def is_previous(folder):
+        return (folder / "MANIFEST").is_file() and (folder / "MANIFEST").read_text() == "old"
+
     target, partial = tmp_path / "save", tmp_path / ".save.partial"
-    assert replaceable(target, "MANIFEST")
+    assert replaceable(target, is_previous)
     target.mkdir()
+    assert replaceable(target, is_previous)  # empty
     (target / "MANIFEST").write_text("old")
     (target / "notes").write_text("old")
-    assert replaceable(target, "MANIFEST")
+    assert replaceable(target, is_previous)
+    (tmp_path / "link").symlink_to(target)
+    assert not replaceable(tmp_path / "link", is_previous)
+    (tmp_path / "link").unlink()
     partial.mkdir()
     (partial / "MANIFEST").write_text("new")
     replace_folder(partial, target)
@@ -76,7 +83,7 @@ def test_replace_folder_swaps_a_previous_folder(tmp_path):
     assert sorted(p.name for p in target.iterdir()) == ["MANIFEST"]
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "mine.txt").write_text("mine")
-    assert not replaceable(tmp_path / "other", "MANIFEST")
+    assert not replaceable(tmp_path / "other", is_previous)
 
 
 # ---------------------------------------------------------------------- shards that change

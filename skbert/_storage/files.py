@@ -85,11 +85,16 @@ def fsync_folder(folder) -> None:
         os.close(fd)
 
 
-def replaceable(target: Path, marker: str) -> bool:
+def replaceable(target: Path, is_previous) -> bool:
     """Whether :func:`replace_folder` may replace ``target``: it does not exist, is an empty
-    folder, or is a folder that holds the file ``marker`` (an earlier one of the same kind).
-    ``target`` being a file is left to :func:`check_output_dir`."""
-    return not (target.is_dir() and any(target.iterdir()) and not (target / marker).is_file())
+    folder, or ``is_previous(target)`` says it is an earlier one of the same kind (a file of
+    the right name alone is not enough: the folder and all in it are deleted). ``target``
+    being a file is left to :func:`check_output_dir`."""
+    if target.is_symlink():  # renaming it would leave the folder it names as it was
+        return False
+    if not target.is_dir() or not any(target.iterdir()):
+        return True
+    return bool(is_previous(target))
 
 
 def replace_folder(partial: Path, target: Path) -> None:
@@ -112,8 +117,12 @@ def replace_folder(partial: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def check_output_dir(path, name: str) -> str:
-    """``path`` as a str, if a checkpoint folder can be written there.
+def check_output_dir(
+    path,
+    name: str,
+    folder: str = "an existing folder (its files of the same names are overwritten)",
+) -> str:
+    """``path`` as a str, if a folder can be written there.
 
     Hugging Face's ``save_pretrained`` only logs an error and returns when ``path`` is an
     existing file, so a save would report success while writing nothing: refuse it first.
@@ -124,6 +133,8 @@ def check_output_dir(path, name: str) -> str:
         The folder to write (created if missing).
     name : str
         The parameter's name, for the error message.
+    folder : str
+        Which existing folders the caller writes into, and how, for the error message.
 
     Returns
     -------
@@ -138,7 +149,7 @@ def check_output_dir(path, name: str) -> str:
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(
-            f"{name}={path!r} is an existing file; a checkpoint is a folder. Give a new path or "
-            "an existing folder (its files of the same names are overwritten)."
+            f"{name}={path!r} is an existing file, and this writes a folder; give a new path "
+            f"or {folder}."
         )
     return path

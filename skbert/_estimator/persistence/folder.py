@@ -56,7 +56,7 @@ def save(estimator, path) -> str:
     Parameters, errors and format: :meth:`BertEstimatorBase.save`.
     """
     check_is_fitted(estimator)
-    target = Path(check_output_dir(path, "path")).absolute()
+    target = Path(check_output_dir(path, "path", _SAVE_FOLDERS)).absolute()
     _check_replaceable(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.parent / f".{target.name}.partial-{uuid.uuid4().hex}"
@@ -127,11 +127,28 @@ def load(path):
         raise ValueError(f"{os.fspath(path)!r} is not a valid skbert save: {detail}") from exc
 
 
+_SAVE_FOLDERS = "an empty folder, or a previous save (which is replaced)"
+
+
+def _is_previous_save(folder: Path) -> bool:
+    """Whether ``folder`` holds a manifest that :func:`save` wrote (not any ``skbert.json``)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
 def _check_replaceable(target: Path) -> None:
-    if not replaceable(target, MANIFEST):
+    if target.is_symlink():
+        raise FileExistsError(
+            f"path={os.fspath(target)!r} is a symbolic link; a save replaces its folder as a "
+            f"whole: give the folder it points to ({os.fspath(target.resolve())!r}) or a new path."
+        )
+    if not replaceable(target, _is_previous_save):
         raise FileExistsError(
             f"path={os.fspath(target)!r} is a folder with files in it that is not an skbert "
-            "save; give a new path, an empty folder, or a previous save (which is replaced)."
+            f"save; give a new path or {_SAVE_FOLDERS}."
         )
 
 
