@@ -45,3 +45,20 @@ def test_a_folder_changed_after_fit_is_refused(model_copy, tmp_path):
     stale = DeferredNetwork(model_copy, "0" * 40, est.readout_)
     with pytest.raises(RuntimeError, match="fit saw 000000000000"):
         stale.load()
+
+
+def test_a_pickle_carries_the_weights_fit_left_in_their_folder(model_copy, tmp_path):
+    """joblib.dump of a deferred fit (a grid search's refit over cached texts) loaded where
+    the model folder is not: the copy predicts, bit for bit, texts the cache lacks."""
+    import pickle
+
+    est = BertSentenceTransformer(model_copy, device="cpu", memory=tmp_path / "cache").fit(TEXTS)
+    assert "network_" not in vars(est)
+    blob = pickle.dumps(est)
+    assert "network_" not in vars(est)  # pickling leaves the estimator as fit left it
+    new_texts = [f"{text} again" for text in TEXTS]
+    expected = est.transform(new_texts)
+    shutil.rmtree(model_copy)
+    shutil.rmtree(tmp_path / "cache")
+    copy = pickle.loads(blob)
+    np.testing.assert_array_equal(copy.transform(new_texts), expected)

@@ -536,6 +536,10 @@ class BertEstimatorBase(BaseEstimator):
         # bytes, on the CPU), so unpickling it runs no code from the bytes (no torch.load).
         # a copy: object.__getstate__ returns the live __dict__ itself
         state = dict(super().__getstate__())
+        if "network_" not in state and "deferred_network_" in state:
+            # memory=: the weights fit left in their folder travel too, as save() writes
+            # them: the pickle unpickles where that folder is not (another machine or env)
+            state["network_"] = self.fitted_network()
         if "network_" in state:
             state["network_"] = network_to_state(state["network_"])
         return state
