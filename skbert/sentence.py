@@ -21,11 +21,17 @@ from ._estimator.contrastive import (
     CONTRASTIVE_PARAMETERS,
     contrastive_training,
     label_codes,
+    refuse_split_batches,
     training_config,
 )
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
 from ._estimator.model_source import model_normalizes
-from ._estimator.objectives import resolve_objective, warn_untrained_objective
+from ._estimator.objectives import (
+    class_targets,
+    cosine_targets,
+    resolve_objective,
+    warn_untrained_objective,
+)
 from ._estimator.parameter_docs import INT8_PRECISION, document, numpydoc_entries
 from ._estimator.targets import check_class_labels, check_gold_scores, check_scores
 from ._estimator.training_settings import resolve_training_settings
@@ -434,21 +440,14 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         if objective == "cosine":
             if not continuing:
                 self.score_range_ = (float(y.min()), float(y.max()))
-            low, high = self.score_range_
-            targets = torch.as_tensor((y - low) / max(high - low, 1e-12), dtype=torch.float32)
-            n_classes = 0
+            targets, n_classes = cosine_targets(y, self.score_range_), 0
         elif objective == "contrastive":  # no output layer: nothing learned of the labels
+            refuse_split_batches(self.contrastive_loss)
             targets, n_classes = torch.as_tensor(label_codes(y, multilabel)), 0
         else:
             if not continuing:
                 self.classes_ = np.unique(y)
-            if not np.isin(y, self.classes_).all():
-                raise ValueError(
-                    "warm_start=True but y has labels the model was not fitted with; "
-                    "fit with warm_start=False to start anew."
-                )
-            targets = torch.as_tensor(np.searchsorted(self.classes_, y), dtype=torch.int64)
-            n_classes = len(self.classes_)
+            targets, n_classes = class_targets(y, self.classes_), len(self.classes_)
         checkpoint = self._checkpoint(first, second, targets.numpy(), objective=objective)
         seed = self._fit_seed(checkpoint)
         with seeded(seed):

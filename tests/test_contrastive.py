@@ -882,3 +882,20 @@ def test_wise_alpha_errors(tiny_bert):
         start.blend_into(torch.nn.Linear(3, 4), 0.5)
     with pytest.raises(ValueError, match="'bias' was .*, now missing"):
         start.blend_into(torch.nn.Linear(3, 2, bias=False), 0.5)
+
+
+@pytest.mark.parametrize("loss", ["batch-cosine", "supcon", "cosent", "batch-hard-triplet"])
+def test_in_batch_losses_are_refused_in_a_launch_before_the_model_loads(loss, monkeypatch):
+    """In a torchrun launch each rank computes the loss of its contiguous share of the batch:
+    the balanced sampler lays a label's texts side by side, so a share of 4 of 8 texts held one
+    label and cosent / batch-hard-triplet trained on a loss of 0 (checked with 2 gloo ranks)."""
+    from skbert._core.launch import Share
+    from skbert._estimator import contrastive
+
+    monkeypatch.setattr(contrastive, "current_share", lambda: Share(rank=1, world=2))
+    est = make("no/such-model", contrastive_loss=loss)
+    with pytest.raises(ValueError, match=f"contrastive_loss='{loss}' compares every two texts"):
+        est.fit(TEXTS, LABELS)
+    contrastive.refuse_split_batches("cosine")  # drawn pairs train alike in a launch
+    monkeypatch.setattr(contrastive, "current_share", lambda: Share())
+    contrastive.refuse_split_batches(loss)  # one process

@@ -155,6 +155,21 @@ def test_warm_start_continues(tiny_bert):
     assert est.network_ is not network and not np.array_equal(first, est.transform(TEXTS))
 
 
+def test_warm_start_refuses_scores_and_labels_the_first_fit_did_not_have(tiny_bert):
+    """Scores past the first fit's range would ask for cosines above 1 (a 0-1 fit, then 0-5:
+    the loss was 20x a fresh fit's); new labels have no output of their own."""
+    est = make(tiny_bert, max_epochs=1, warm_start=True).fit(PAIRS, SCORES / 5)
+    assert est.score_range_ == (0.0, 1.0)
+    before = est.transform(TEXTS)
+    with pytest.raises(ValueError, match=r"keeps the score range \(0, 1\) .* from 0 to 5: scale"):
+        est.fit(PAIRS, SCORES)
+    np.testing.assert_array_equal(est.transform(TEXTS), before)  # the fitted model stays
+    est.fit(PAIRS, SCORES / 10)  # within the range: trains on
+    nli = make(tiny_bert, max_epochs=1, warm_start=True).fit(PAIRS, NLI)
+    with pytest.raises(ValueError, match=r"labels the model was not fitted with: \['other'\]"):
+        nli.fit(PAIRS, np.where(NLI == NLI[0], "other", NLI))
+
+
 def test_warm_start_nli_then_sts_keeps_encoder_and_starts_new_head(tiny_bert):
     est = make(tiny_bert, pooling="cnn", cnn_channels=4, max_epochs=1).fit(PAIRS, NLI)
     nli_state = {k: v.clone() for k, v in est.network_.state_dict().items()}

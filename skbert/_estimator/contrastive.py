@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .._core.launch import current_share
 from .._nn.contrastive_losses import (
     batch_cosent_loss,
     batch_cosine_loss,
@@ -25,6 +26,7 @@ from .._training.pair_sampling import BalancedTextSampler, PairSampler
 from .parameter_docs import numpydoc_entries
 
 __all__ = [
+    "refuse_split_batches",
     "AUTO_FULL_RATE_STEPS",
     "AUTO_LEARNING_RATE",
     "AUTO_PAIRS_PER_TEXT",
@@ -201,6 +203,22 @@ def label_codes(y: np.ndarray, multilabel: bool) -> np.ndarray:
     if multilabel:
         return np.asarray(y).astype(np.int8)
     return np.unique(y, return_inverse=True)[1].astype(np.int64)
+
+
+def refuse_split_batches(contrastive_loss: str) -> None:
+    """Refuse an in-batch loss in a launch (``torchrun``): each process computes the loss of
+    its share of the batch, and an in-batch loss compares only the texts of one share (the
+    balanced sampler lays a label's texts side by side, so a share often holds one label and
+    no negative pair); that is not the step one process takes on the whole batch. Drawn
+    pairs (``"cosine"``) train alike in a launch."""
+    if contrastive_loss == "cosine" or not current_share().distributed:
+        return
+    raise ValueError(
+        f"contrastive_loss={contrastive_loss!r} compares every two texts of a batch, and in a "
+        "launch of several processes (torchrun) each process sees only its share of the batch, "
+        "often of one label: it would not train as one process does. Fit it in one process, "
+        "or use contrastive_loss='cosine' (drawn pairs, which train alike in a launch)."
+    )
 
 
 def contrastive_training(estimator, encoded, labels, device):

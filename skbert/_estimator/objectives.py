@@ -4,7 +4,8 @@ SBERT's objectives follow the data: sentence pairs with similarity scores train 
 pairs with class labels ``"pair-softmax"`` (the NLI objective), single texts with class labels
 ``"softmax"``; ``"contrastive"`` (SetFit-style) is asked for, never inferred.
 :func:`resolve_objective` reads ``objective="auto"`` from the data and checks that an objective
-asked for fits it, naming what is wrong.
+asked for fits it, naming what is wrong; :func:`cosine_targets` and :func:`class_targets` turn
+``y`` into the loss's targets by what the first fit learned (a warm start keeps it).
 """
 
 from __future__ import annotations
@@ -12,12 +13,45 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import torch
 from sklearn.utils.multiclass import type_of_target
 
 from .._core.messages import user_stacklevel
 from .targets import holds_scores
 
-__all__ = ["resolve_objective", "warn_untrained_objective"]
+__all__ = ["class_targets", "cosine_targets", "resolve_objective", "warn_untrained_objective"]
+
+_START_ANEW = "or fit with warm_start=False to start anew."
+
+
+def cosine_targets(y: np.ndarray, score_range: tuple) -> torch.Tensor:
+    """Gold scores as the cosine's targets, ``(y - low) / (high - low)`` in [0, 1].
+
+    ``score_range`` is the first fit's ``(low, high)``, which a warm start keeps: a score
+    outside it would ask for a cosine above 1 (or below 0), which the model cannot give, so
+    it is refused rather than trained towards.
+    """
+    low, high = score_range
+    if y.min() < low or y.max() > high:
+        raise ValueError(
+            f"warm_start=True keeps the score range ({low:g}, {high:g}) of the first fit (the "
+            f"targets are (y - {low:g}) / {high - low:g}, which a cosine reaches only within "
+            f"it), and y has scores from {y.min():g} to {y.max():g}: scale y to that range, "
+            + _START_ANEW
+        )
+    return torch.as_tensor((y - low) / max(high - low, 1e-12), dtype=torch.float32)
+
+
+def class_targets(y: np.ndarray, classes: np.ndarray) -> torch.Tensor:
+    """Indices of ``y``'s labels in ``classes`` (the first fit's, which a warm start keeps)."""
+    unseen = np.setdiff1d(np.unique(y), classes)
+    if len(unseen):
+        raise ValueError(
+            f"warm_start=True but y has labels the model was not fitted with: "
+            f"{unseen[:5].tolist()}{' ...' if len(unseen) > 5 else ''} (classes_ is "
+            f"{classes[:10].tolist()}{' ...' if len(classes) > 10 else ''}); " + _START_ANEW
+        )
+    return torch.as_tensor(np.searchsorted(classes, y), dtype=torch.int64)
 
 
 def resolve_objective(objective: str, fine_tune: str, second, y) -> str:
