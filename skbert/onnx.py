@@ -145,15 +145,22 @@ def export_onnx(estimator, path, *, opset=None):
     network = copy.deepcopy(estimator.fitted_network()).to("cpu", torch.float32).eval()
     deployed = DeployedNetwork(network, plan["finish"], **plan.get("affine", {})).eval()
     folder = check_output_dir(path, "path")
-    os.makedirs(folder, exist_ok=True)
     program = _trace(deployed, _example_batch(estimator), plan["outputs"], opset)
+    inputs = [value.name for value in program.model.graph.inputs]
+    written = program.model.opset_imports.get("", None)
+    if opset is not None and written != opset:  # the exporter fell back to another opset
+        raise ValueError(
+            f"opset={opset!r} is not one torch {torch.__version__}'s ONNX exporter writes "
+            f"(it fell back to opset {written}, with operators of {opset} that no runtime "
+            f"loads); use an opset from {MIN_OPSET} to the newest it knows, or None."
+        )
+    # all that can fail before anything is written: a failed export leaves no files
+    metadata = _metadata(estimator, plan, inputs, written)
+    text = json.dumps(metadata, indent=2, ensure_ascii=False) + "\n"
+    os.makedirs(folder, exist_ok=True)
     size = sum(p.numel() * p.element_size() for p in deployed.parameters())
     program.save(os.path.join(folder, MODEL_FILE), external_data=size > _EXTERNAL_DATA_BYTES)
-    inputs = [value.name for value in program.model.graph.inputs]
-    opsets = program.model.opset_imports
     _save_tokenizer(estimator, folder)
-    metadata = _metadata(estimator, plan, inputs, opsets.get("", None))
-    text = json.dumps(metadata, indent=2, ensure_ascii=False) + "\n"
     atomic_write(os.path.join(folder, METADATA_FILE), lambda h: h.write(text.encode("utf-8")))
     return folder
 
@@ -199,7 +206,11 @@ def _plan(estimator) -> dict:
         return {"finish": finish, "outputs": {f"{window}embeddings": meaning}}
     if isinstance(estimator, BertTextClassifier):
         squash = "sigmoid" if estimator.multilabel_ else "softmax"
-        logits = "logits (decision_function; for two classes it is logits[:, 1] - logits[:, 0])"
+        logits = (
+            "logits (decision_function, one column per label)"
+            if estimator.multilabel_
+            else "logits (decision_function; for two classes it is logits[:, 1] - logits[:, 0])"
+        )
         if per_window:
             return {
                 "finish": "none",
@@ -213,7 +224,7 @@ def _plan(estimator) -> dict:
             },
         }
     affine = {"scale": estimator.target_scale_, "shift": estimator.target_mean_}
-    meaning = "predict, in the units of y, one column per output (column 0 for a 1-D y)"
+    meaning = "predict, in the units of y, float64, one column per output (column 0 for a 1-D y)"
     if per_window:
         meaning = f"the prediction{pooled}: {meaning}"
     return {"finish": "affine", "affine": affine, "outputs": {f"{window}predictions": meaning}}
@@ -275,6 +286,9 @@ def _save_tokenizer(estimator, folder) -> None:
     tokenizer.model_max_length = estimator.max_length_
     tokenizer.truncation_side = side
     tokenizer.init_kwargs["truncation_side"] = side  # what save_pretrained writes
+    # skbert pads on the right (a left-padding checkpoint's batches moved [CLS] and positions)
+    tokenizer.padding_side = "right"
+    tokenizer.init_kwargs["padding_side"] = "right"
     tokenizer.save_pretrained(folder)
 
 
@@ -300,7 +314,7 @@ def _metadata(estimator, plan, inputs, opset) -> dict:
         "head_length": int(readout.head_length) if readout.truncation == "head+tail" else None,
         "per_window": readout.chunked,
         "chunk_pooling": readout.chunk_pooling if readout.chunked else None,
-        "max_chunks": readout.max_chunks if readout.chunked else None,
+        "max_chunks": int(readout.max_chunks) if readout.chunked and readout.max_chunks else None,
         "tokenizer_call": call,
         # texts: the saved tokenizer cuts single texts as skbert does, except "head+tail";
         # pairs longer than max_length may get one token more on the second side
@@ -313,6 +327,12 @@ def _metadata(estimator, plan, inputs, opset) -> dict:
         "special_tokens": {
             "single": [list(part) for part in specials.single],
             "pair": [list(part) for part in specials.pair],
+        },
+        # the token type of each part: (before, text, after); (before, first, between,
+        # second, after)
+        "special_token_types": {
+            "single": [int(t) for t in specials.single_types],
+            "pair": [int(t) for t in specials.pair_types],
         },
     }
     if isinstance(estimator, BertSentenceTransformer):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -124,6 +125,14 @@ def test_saved_tokenizer_gives_skbert_ids(frozen_bert):
     assert exported.info["tokenizer_cuts_as_skbert"] == {
         "texts": True, "pairs_within_max_length": True, "longer_pairs": False,
     }  # fmt: skip
+
+
+def test_the_json_gives_the_token_types_of_the_special_tokens(frozen_bert):
+    est, exported = frozen_bert
+    assert exported.info["special_token_types"] == {"single": [0, 0, 0], "pair": [0, 0, 0, 1, 1]}
+    pre, mid, post = exported.info["special_tokens"]["pair"]
+    ids, types = est.special_tokens_.build([7, 8], [9])
+    assert ids == [*pre, 7, 8, *mid, 9, *post] and types == [0] * 4 + [1] * 2
 
 
 def test_pairs_with_token_types_round_trip(frozen_bert):
@@ -247,14 +256,53 @@ def test_regressor_predicts_in_the_units_of_y(tiny_distilbert, tmp_path_factory)
     np.testing.assert_allclose(got, reg.predict(ALL_TEXTS), rtol=1e-6, atol=TOLERANCE)
 
 
+def test_regressor_far_from_zero_keeps_its_digits(tiny_bert, tmp_path_factory):
+    """Targets near 1.7e9 (timestamps): a float32 shift rounded every prediction to one value
+    (off by up to 60); the graph applies the fitted standardisation in float64, as predict."""
+    y = 1.7e9 + np.linspace(0, 100, len(LABELLED))
+    reg = BertTextRegressor(tiny_bert, max_epochs=1, random_state=0, **{**FAST, **FP32})
+    exported = export(reg.fit(LABELLED, y), tmp_path_factory, "regressor-offset")
+    got = exported.run(ALL_TEXTS)["predictions"]
+    expected = reg.predict(ALL_TEXTS)
+    assert got.dtype == np.float64 and len(np.unique(expected)) > 1
+    np.testing.assert_allclose(got[:, 0], expected, rtol=0, atol=TOLERANCE * reg.target_scale_[0])
+
+
+def test_a_left_padding_tokenizer_is_saved_padding_on_the_right(tiny_bert, tmp_path_factory):
+    """skbert pads on the right; a checkpoint whose tokenizer pads on the left gave padded
+    rows of a batch off by 1.6 ([CLS] and the positions moved)."""
+    folder = tmp_path_factory.mktemp("left") / "model"
+    shutil.copytree(tiny_bert, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "left"}))
+    est = BertSentenceTransformer(str(folder), pooling="cls", **FP32).fit(ALL_TEXTS)
+    exported = export(est, tmp_path_factory, "left-padding")
+    assert exported.tokenizer.padding_side == "right"
+    got = exported.run(ALL_TEXTS)["embeddings"]
+    np.testing.assert_allclose(got, est.transform(ALL_TEXTS), rtol=0, atol=TOLERANCE)
+
+
+def test_an_opset_the_exporter_cannot_write_fails_before_writing(frozen_bert, tmp_path):
+    """torch's exporter falls back to opset 18 for an opset it does not know, keeping newer
+    operators: the export reported success and onnxruntime refused the graph."""
+    est, _ = frozen_bert
+    with pytest.raises(ValueError, match=r"opset=99 is not one torch .* fell back to opset 18"):
+        skbert.export_onnx(est, tmp_path / "out", opset=99)
+    assert not (tmp_path / "out").exists()
+
+
 def test_chunked_regressor_with_mean_pooling_averages_its_windows(tiny_bert, tmp_path_factory):
     reg = BertTextRegressor(
         tiny_bert, truncation="chunks", max_length=10, max_epochs=1, random_state=0,
         **{**FAST, **FP32},
     )  # fmt: skip
+    reg.set_params(max_chunks=np.arange(1, 9)[7])  # a numpy int, as np.arange grids give
     exported = export(reg.fit(LABELLED, np.arange(10.0)), tmp_path_factory, "regressor-chunks")
+    assert exported.info["max_chunks"] == 8
     out = exported.run(ALL_TEXTS)
-    got = pool_windows(out["window_predictions"], out["owner"], len(ALL_TEXTS), "mean", None)
+    got = pool_windows(
+        out["window_predictions"], out["owner"], len(ALL_TEXTS), "mean", exported.info["max_chunks"]
+    )
     np.testing.assert_allclose(got[:, 0], reg.predict(ALL_TEXTS), rtol=0, atol=TOLERANCE)
 
 

@@ -31,7 +31,8 @@ class DeployedNetwork(nn.Module):
     finish : {"none", "l2", "softmax", "sigmoid", "affine"}, default="none"
         What follows the network: nothing; unit L2 norm per row; probabilities from the
         logits (then returned before the logits themselves); or ``outputs * scale + shift``,
-        per column.
+        per column, in float64 (as a regressor's ``predict``: a shift such as 1.7e9 would
+        round every output to the same float32).
     scale, shift : array-like of shape (n_outputs,) or None, default=None
         The affine map of ``finish="affine"``.
     """
@@ -49,8 +50,8 @@ class DeployedNetwork(nn.Module):
         if finish == "affine":
             if scale is None or shift is None:
                 raise ValueError("finish='affine' needs scale and shift.")
-            self.register_buffer("scale", torch.as_tensor(scale, dtype=torch.float32))
-            self.register_buffer("shift", torch.as_tensor(shift, dtype=torch.float32))
+            self.register_buffer("scale", torch.as_tensor(scale, dtype=torch.float64))
+            self.register_buffer("shift", torch.as_tensor(shift, dtype=torch.float64))
 
     @property
     def encoder(self) -> SentenceEncoder:
@@ -89,5 +90,5 @@ class DeployedNetwork(nn.Module):
         if self.finish == "sigmoid":
             return torch.sigmoid(out), out
         if self.finish == "affine":
-            return (out * self.scale + self.shift,)
+            return (out.double() * self.scale + self.shift,)
         return (out,)
