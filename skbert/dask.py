@@ -17,7 +17,8 @@ distributed scheduler); skbert itself imports without it.
 
 The fitted estimator is sent once: with a distributed client it is scattered to every worker
 (``client.scatter(..., broadcast=True)``), with Dask's local schedulers it is one
-``dask.delayed`` value that every partition's task depends on; it is never pickled per task.
+``dask.delayed`` value that every partition's task depends on (never pickled per task,
+except by the ``"processes"`` scheduler, which pickles each task's inputs: prefer a client).
 Rows keep the input's order and index, partition by partition. Each vector is the one
 ``estimator.transform`` gives on one machine, bit for bit: skbert computes every text in
 shapes that depend only on its own length (see the user guide), so how texts are split into
@@ -35,8 +36,10 @@ fit the estimator with ``device="auto"``: each task then predicts on its worker'
 from __future__ import annotations
 
 import contextlib
+from numbers import Integral
 
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 
 try:
     import dask
@@ -134,10 +137,20 @@ def _map(estimator, texts, method, threads):
             f"a DataFrame of texts must have 2 columns (first and second sentence of each "
             f"pair); got {len(texts.columns)}: {list(texts.columns)}."
         )
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
+    if threads is not None and (
+        not isinstance(threads, Integral) or isinstance(threads, bool) or threads < 1
+    ):
         raise ValueError(f"threads must be a positive int or None; got {threads!r}.")
+    threads = None if threads is None else int(threads)
     if not hasattr(estimator, method):
         raise TypeError(f"{type(estimator).__name__} has no {method}(); cannot map it.")
+    check_is_fitted(estimator)  # on the client, not in each task
+    final = estimator.steps[-1][1] if hasattr(estimator, "steps") else estimator
+    if method == "predict" and getattr(final, "multilabel_", False):
+        raise ValueError(
+            f"predict of a multi-label {type(final).__name__} gives a 0/1 matrix, not one "
+            "label per text; use skbert.dask.predict_proba (and a threshold) instead."
+        )
     meta = _meta(estimator, method)
     shipped = _shipped(estimator)
     columns = list(meta.columns) if meta.ndim == 2 else None
@@ -170,8 +183,8 @@ def _meta(estimator, method):
             )
         return pd.Series(np.empty(0, dtype=np.float64), name="prediction")
     classes = np.asarray(estimator.classes_)
-    if method == "predict":
-        return pd.Series(np.empty(0, dtype=classes.dtype), name="prediction")
+    if method == "predict":  # the dtype pandas gives the labels (str for strings, in pandas 3)
+        return pd.Series(classes, name="prediction").iloc[:0]
     return pd.DataFrame({str(c): pd.Series(dtype=np.float32) for c in classes})
 
 
@@ -183,12 +196,14 @@ def _run_partition(part, estimator, method, threads, columns, dtype):
     else:
         X = part.tolist()
     if not X:
-        result = np.empty((0, len(columns)) if columns is not None else 0, dtype=dtype)
+        result = np.empty((0, len(columns)) if columns is not None else 0, dtype=np.float64)
     else:
         with _torch_threads(threads):
             result = getattr(estimator, method)(X)
+    # every partition, an empty one too, of the meta's dtype: parquet wants one per column
     if columns is None:
-        return pd.Series(np.asarray(result), index=part.index, name="prediction")
+        values = result if len(result) else []
+        return pd.Series(values, index=part.index, name="prediction", dtype=dtype)
     return pd.DataFrame(np.asarray(result, dtype=dtype), index=part.index, columns=columns)
 
 
