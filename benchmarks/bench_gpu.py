@@ -340,9 +340,13 @@ def siamese_skbert(args, train, test, precision, seed=0):
 
 
 def part_siamese(args, rows: list) -> None:
+    import types
+
     import torch
+    from transformers import AutoConfig
 
     from skbert._core.devices import resolve_precision
+    from skbert._core.flops import training_flops
     from skbert.datasets import load_stsb
 
     X, y = load_stsb("train", data_home=args.data_home, return_X_y=True)
@@ -350,11 +354,13 @@ def part_siamese(args, rows: list) -> None:
     n, n_test = size("pairs", args.quick), size("test_pairs", args.quick)
     train = (X[:n], y[:n]) if n else (X, y)
     test = (X_test[:n_test], y_test[:n_test]) if n_test else (X_test, y_test)
-    auto = resolve_precision("auto", torch.device(args.device))
+    # what the timed fit resolves "auto" to: its training depends on the model's size
+    flops = training_flops(types.SimpleNamespace(config=AutoConfig.from_pretrained(args.model)))
+    auto = resolve_precision("auto", torch.device(args.device), training_flops=flops)
     auto_name = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[auto]
     print(
         f"\n[siamese] STS-B train {len(train[0])} pairs, 1 epoch, batch {SIAMESE_BATCH}, "
-        f"fp32; test {len(test[0])} pairs; precision='auto' is {auto_name} here"
+        f"fp32; test {len(test[0])} pairs; precision='auto' trains in {auto_name} here"
     )
     runs = {
         "ST": lambda data, test: siamese_st(args, data, test),

@@ -235,6 +235,30 @@ def test_warned_once_per_estimator_and_device_survives_a_fit(tiny_bert):
     assert fallback_count(record) == 3
 
 
+@pytest.mark.parametrize("call", ["transform", "predict"])
+def test_the_fallback_warning_points_at_the_users_line(tiny_bert, call):
+    """A fixed stacklevel named sklearn's set_output wrapper for transform."""
+    if call == "predict":
+        est = BertTextClassifier(tiny_bert, device="cpu", max_epochs=1).fit(TEXTS[:4], [0, 1] * 2)
+    else:
+        est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    est.set_params(device="cuda")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        getattr(est, call)(TEXTS)
+    [warning] = [w for w in record if FALLBACK in str(w.message)]
+    assert warning.filename == __file__, warning.filename
+
+
+@pytest.mark.parametrize("memory", [False, True])
+def test_a_device_name_skbert_does_not_take_fails_the_fit(tiny_bert, memory, tmp_path):
+    """A memory= fit loads nothing on the device: device="gpu" passed fit and failed later."""
+    est = BertSentenceTransformer(tiny_bert, device="gpu", memory=tmp_path if memory else None)
+    with pytest.raises(ValueError, match=r"device='gpu' is not allowed; use 'auto', 'cpu'"):
+        est.fit(TEXTS)
+    assert not hasattr(est, "readout_")
+
+
 def test_fit_resets_every_fitted_attribute(tiny_bert, tmp_path):
     """A fit forgets all that the previous fit set, private attributes included, and empties
     the prediction caches: a refit in another mode holds exactly what a first fit in that mode

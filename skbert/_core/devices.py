@@ -21,15 +21,21 @@ __all__ = ["BF16_TRAINING_MIN_FLOPS", "autocast", "resolve_device", "resolve_pre
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
+def check_device_name(device) -> None:
+    """Refuse a ``device`` that is none of the names skbert takes (whether or not the machine
+    has it: that is :func:`resolve_device`'s question)."""
+    if not isinstance(device, str) or not _DEVICE_PATTERN.match(device):
+        raise ValueError(
+            f"device={device!r} is not allowed; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'."
+        )
+
+
 def resolve_device(device: str) -> torch.device:
     """Turn the ``device`` parameter into a :class:`torch.device` that exists here.
 
     ``"auto"`` picks CUDA, then Apple's MPS, then the CPU.
     """
-    if not isinstance(device, str) or not _DEVICE_PATTERN.match(device):
-        raise ValueError(
-            f"device={device!r} is not allowed; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'."
-        )
+    check_device_name(device)
     if device == "auto":
         if torch.cuda.is_available():
             return local_device(torch.device("cuda"))

@@ -21,7 +21,7 @@ from .._core.deprecations import (
     head_learning_rate_constraint,
     warn_renamed,
 )
-from .._core.devices import resolve_device, resolve_precision
+from .._core.devices import check_device_name, resolve_device, resolve_precision
 from .._core.flops import training_flops
 from .._core.messages import report, user_stacklevel
 from .._inference.int8 import int8_unavailable
@@ -144,6 +144,7 @@ class BertEstimatorBase(BaseEstimator):
         """Reset what a previous ``fit`` left: the prediction caches, and unless
         ``keep_learned`` (``warm_start``) every fitted attribute; warn for old spellings. A
         warm start trains, so the feature cache's key of the weights it began from goes."""
+        check_device_name(self.device)  # a fit that loads nothing on it (memory=) too
         forget_fit(self)
         if keep_learned:
             self._forget("feature_fingerprint_")
@@ -345,7 +346,7 @@ class BertEstimatorBase(BaseEstimator):
                     f"device={self.device!r} is not available here; predicting on the CPU. "
                     "set_params(device='cpu') silences this.",
                     UserWarning,
-                    stacklevel=5,  # the caller of transform, predict, ...
+                    stacklevel=user_stacklevel(),  # the caller of transform, predict, ...
                 )
                 cache.warned_device = self.device
         flops = None if trained is None else training_flops(trained)

@@ -81,7 +81,8 @@ def join(device: torch.device | None = None) -> Share:
             return SINGLE
         backend = "gloo"
         if torch.cuda.is_available():
-            torch.cuda.set_device(where.local_rank)
+            # as local_device picks it: more ranks than GPUs (a CPU fit) share them
+            torch.cuda.set_device(where.local_rank % torch.cuda.device_count())
             backend = "cpu:gloo,cuda:nccl"
         dist.init_process_group(backend=backend)
         _JOINED.append(True)
