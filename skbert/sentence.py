@@ -29,6 +29,7 @@ from ._estimator.model_source import model_normalizes
 from ._estimator.objectives import (
     class_targets,
     cosine_targets,
+    refuse_untrainable_top,
     resolve_objective,
     warn_untrained_objective,
 )
@@ -455,13 +456,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
             encoder = self._warm_start_network() if keep_encoder else self._build_encoder()
             output_layer = copy.deepcopy(self.output_layer_) if continuing else None
             network = SiameseNetwork(encoder, objective, n_classes, output_layer=output_layer)
-        own = [n for n, _ in network.named_parameters() if not n.startswith("encoder.backbone.")]
-        if settings.fine_tune == "top" and not own:
-            raise ValueError(
-                f"fine_tune={self.fine_tune!r} trains the weights on top of the encoder, and "
-                f"with pooling={self.pooling!r} and objective={objective!r} there are none. "
-                "Use fine_tune='full', or pooling='cnn' (or chunk_pooling='attention')."
-            )
+        if settings.fine_tune == "top":
+            refuse_untrainable_top(self.fine_tune, self.pooling, objective, network.encoder)
         # WiSE-FT: the pre-trained weights (or warm_start's fitted ones), to average back in
         start = starting_weights(self, encoder, settings.train_backbone)
         device, dtype = self._device_and_dtype(trained=network)

@@ -59,6 +59,22 @@ def test_pair_labels_train_the_nli_objective(tiny_model):
     assert est.transform(TEXTS).shape == (10, 16)  # the head is not part of the vectors
 
 
+@pytest.mark.parametrize("data", ["texts with labels", "pairs with labels"])
+def test_top_on_a_pooling_without_weights_is_refused_for_softmax_objectives_too(tiny_bert, data):
+    """ "top" with mean pooling trained the softmax output layer only, and transform gave the
+    frozen model's vectors: a grid over fine_tune=["none", "top"] paid for two equal models."""
+    X, y = (TEXTS, LABELS) if data == "texts with labels" else (PAIRS, NLI)
+    with pytest.raises(ValueError, match=r"there are none \(objective='(pair-)?softmax''s output"):
+        make(tiny_bert, pooling="mean", fine_tune="top").fit(X, y)
+    one, two = (
+        make(tiny_bert, pooling="cnn", cnn_channels=4, fine_tune="top", max_epochs=epochs)
+        .fit(X, y)
+        .transform(TEXTS)
+        for epochs in (1, 2)
+    )
+    assert not np.array_equal(one, two)  # the CNN, which the vectors pass through, trains
+
+
 def test_single_texts_with_labels_train_softmax(tiny_model):
     est = make(tiny_model, max_epochs=3).fit(TEXTS, LABELS)
     assert est.objective_ == "softmax" and est.output_layer_.out_features == 2

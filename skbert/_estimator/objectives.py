@@ -19,9 +19,29 @@ from sklearn.utils.multiclass import type_of_target
 from .._core.messages import user_stacklevel
 from .targets import holds_scores
 
-__all__ = ["class_targets", "cosine_targets", "resolve_objective", "warn_untrained_objective"]
+__all__ = [
+    "class_targets",
+    "cosine_targets",
+    "refuse_untrainable_top",
+    "resolve_objective",
+    "warn_untrained_objective",
+]
 
 _START_ANEW = "or fit with warm_start=False to start anew."
+
+
+def refuse_untrainable_top(fine_tune: str, pooling: str, objective: str, encoder) -> None:
+    """Refuse ``fine_tune="top"`` when ``encoder`` has no trainable weight past its backbone:
+    "top" trains what the vectors pass through (a CNN pooling, chunk attention), and an output
+    layer alone (the softmax objectives') would train and leave the vectors as they were."""
+    if any(not name.startswith("backbone.") for name, _ in encoder.named_parameters()):
+        return
+    raise ValueError(
+        f"fine_tune={fine_tune!r} trains the weights on top of the encoder that the vectors "
+        f"pass through, and with pooling={pooling!r} there are none (objective={objective!r}"
+        "'s output layer is not part of the vectors). Use fine_tune='full', or pooling='cnn' "
+        "(or chunk_pooling='attention')."
+    )
 
 
 def cosine_targets(y: np.ndarray, score_range: tuple) -> torch.Tensor:
