@@ -228,7 +228,13 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
         )
         if self.early_stopping:
             check_validation_split(y, self.validation_fraction, multilabel=multilabel)
-        if isinstance(self.class_weight, dict) and not multilabel:  # before any work is done
+        if multilabel and self.class_weight is not None:  # it was ignored without a word
+            raise ValueError(
+                f"class_weight={self.class_weight!r} weighs the classes of single-label y, and "
+                f"y is a multi-label indicator of {y.shape[1]} labels; use class_weight=None "
+                "for multi-label y."
+            )
+        if isinstance(self.class_weight, dict):  # before any work is done
             unknown = set(self.class_weight) - set(np.unique(y).tolist())
             if unknown:
                 raise ValueError(

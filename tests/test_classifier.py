@@ -204,6 +204,10 @@ def test_configuration_errors_come_before_the_model_loads(tiny_bert, monkeypatch
         make(tiny_bert, class_weight={"neutral": 2.0}, mlm_steps=5).fit(X, Y)
     with pytest.raises(ValueError, match="truncation='chunks' .* sentence pairs"):
         make(tiny_bert, truncation="chunks", mlm_steps=5).fit(np.stack([X, X], axis=1), Y)
+    indicator = np.array([[1, 0], [0, 1]] * 5)
+    for weight in ("balanced", {0: 1.0, 1: 50.0}):  # both were ignored without a word
+        with pytest.raises(ValueError, match="multi-label indicator of 2 labels; use class_w"):
+            make(tiny_bert, class_weight=weight).fit(X, indicator)
 
 
 def test_multilabel(tiny_model):
