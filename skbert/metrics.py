@@ -11,6 +11,8 @@ on sentence pairs, or any regressor) with them.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy.stats import spearmanr
 
@@ -83,8 +85,28 @@ def _similarity_correlation(correlation, estimator, X, y) -> float:
             "predictions of a regressor (a BertTextRegressor cross-encoder), use "
             "spearman_scorer or pearson_scorer."
         )
-    similarity = estimator.similarity(X)
-    return float(correlation(similarity, np.asarray(y, dtype=np.float64)).statistic)
+    from sklearn.exceptions import UndefinedMetricWarning
+    from sklearn.utils.validation import check_is_fitted
+
+    from ._core.messages import user_stacklevel
+    from ._estimator.targets import check_gold_scores
+    from ._estimator.validation import check_texts
+
+    check_is_fitted(estimator)
+    first, second = check_texts(X)
+    if second is None:
+        raise ValueError("STS scores take sentence pairs: X must have 2 columns.")
+    gold = check_gold_scores(y, len(first))  # finite, one per pair, as score() wants them
+    if len(gold) < 2:
+        name = "Pearson" if correlation.__name__ == "pearsonr" else "Spearman"
+        warnings.warn(
+            f"{name}'s correlation is not defined for {len(gold)} pair; it needs at least 2 "
+            "pairs. Returning nan.",
+            UndefinedMetricWarning,
+            stacklevel=user_stacklevel(),
+        )
+        return float("nan")
+    return float(correlation(estimator.similarity(X), gold).statistic)
 
 
 def sts_spearman_scorer(estimator, X, y) -> float:
@@ -105,7 +127,13 @@ def sts_spearman_scorer(estimator, X, y) -> float:
     Returns
     -------
     float
-        The Spearman correlation, between -1 and 1 (higher is better).
+        The Spearman correlation, between -1 and 1 (higher is better); nan (with a warning)
+        for a single pair or when all similarities or all gold scores are equal.
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not sentence pairs, or ``y`` is not one finite score per pair.
 
     See Also
     --------
@@ -137,7 +165,8 @@ def sts_pearson_scorer(estimator, X, y) -> float:
     Returns
     -------
     float
-        The Pearson correlation, between -1 and 1 (higher is better).
+        The Pearson correlation, between -1 and 1 (higher is better); nan (with a warning)
+        for a single pair or when all similarities or all gold scores are equal.
 
     See Also
     --------

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import copy
 import os
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
-from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -34,7 +32,7 @@ from ._estimator.objectives import (
     warn_untrained_objective,
 )
 from ._estimator.parameter_docs import INT8_PRECISION, document, numpydoc_entries
-from ._estimator.targets import check_class_labels, check_gold_scores, check_scores
+from ._estimator.targets import check_class_labels, check_scores
 from ._estimator.training_settings import resolve_training_settings
 from ._estimator.validation import check_texts
 from ._estimator.wise_ft import WISE_PARAMETERS, average_back, starting_weights
@@ -575,19 +573,9 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
         ValueError
             If ``y`` holds NaN or infinite scores, or its length differs from X's.
         """
-        from scipy.stats import spearmanr
+        from .metrics import sts_spearman_scorer  # imports scipy: on first use
 
-        first, _ = check_texts(X)
-        gold = check_gold_scores(y, len(first))
-        if len(gold) < 2:
-            warnings.warn(
-                f"Spearman's correlation is not defined for {len(gold)} pair; score needs at "
-                "least 2 pairs. Returning nan.",
-                UndefinedMetricWarning,
-                stacklevel=2,
-            )
-            return float("nan")
-        return float(spearmanr(self.similarity(X), gold).statistic)
+        return sts_spearman_scorer(self, X, y)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -198,17 +198,33 @@ def test_siamese_fit_refuses_one_class_and_constant_scores(tiny_bert):
     assert _learned(est) == {}
 
 
-def test_score_refuses_nan_gold_scores_and_warns_for_one_pair(tiny_bert):
+@pytest.mark.parametrize("how", ["score", "sts_spearman_scorer", "sts_pearson_scorer"])
+def test_score_refuses_nan_gold_scores_and_warns_for_one_pair(tiny_bert, how):
+    """The STS scorers check y as score() does (they returned nan for a NaN score, and raised
+    numpy's and scipy's errors for a short y); score() of an unfitted estimator and one pair
+    returned nan."""
+    from sklearn.exceptions import NotFittedError
+
+    from skbert import metrics
+
+    def scored(est, X, y):
+        return est.score(X, y) if how == "score" else getattr(metrics, how)(est, X, y)
+
+    with pytest.raises(NotFittedError):
+        scored(BertSentenceTransformer(tiny_bert), PAIRS[:1], [3.0])
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
     with pytest.raises(ValueError, match=r"y\[1\] is nan; gold scores must be finite"):
-        est.score(PAIRS[:3], [1.0, np.nan, 2.0])
+        scored(est, PAIRS[:3], [1.0, np.nan, 2.0])
     with pytest.raises(ValueError, match="X has 3 samples but y has 2"):
-        est.score(PAIRS[:3], [1.0, 2.0])
-    with pytest.warns(UndefinedMetricWarning, match="at least 2 pairs"):
-        assert np.isnan(est.score(PAIRS[:1], [3.0]))
+        scored(est, PAIRS[:3], [1.0, 2.0])
+    with pytest.raises(ValueError, match="STS scores take sentence pairs"):
+        scored(est, TEXTS[:3], [1.0, 2.0, 3.0])
+    with pytest.warns(UndefinedMetricWarning, match="at least 2 pairs") as record:
+        assert np.isnan(scored(est, PAIRS[:1], [3.0]))
+    assert record[0].filename == __file__  # the user's line
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert np.isfinite(est.score(PAIRS[:4], [1.0, 2.0, 3.0, 4.0]))
+        assert np.isfinite(scored(est, PAIRS[:4], [1.0, 2.0, 3.0, 4.0]))
 
 
 # ---------------------------------------------------------------------------- feature cache

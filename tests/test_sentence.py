@@ -260,6 +260,8 @@ def test_verbose_reports_truncation_and_shows_progress(tiny_bert, capsys):
     est.transform([LONG_TEXT, "the cat"])
     err = capsys.readouterr().err
     assert "1 of 2 texts exceed max_length=10 tokens and were truncated" in err
+    est.transform([[LONG_TEXT, "a cat"], ["the cat", "a dog"], ["a", "b"]])
+    assert "1 of 3 pairs exceed max_length=10 tokens" in capsys.readouterr().err
     assert "Encoding" in err  # the tqdm progress bar
     make(tiny_bert, max_length=10).fit(TEXTS).transform([LONG_TEXT])
     assert capsys.readouterr().err == ""

@@ -306,8 +306,9 @@ class BertEstimatorBase(BaseEstimator):
                     f"; {encoded.n_cut} of them need more than max_chunks={self.max_chunks} "
                     "windows and lost the tokens past those"
                 )
+            what = "texts" if second is None else "pairs"
             report(
-                f"{type(self).__name__}: {encoded.n_truncated} of {len(encoded)} texts exceed "
+                f"{type(self).__name__}: {encoded.n_truncated} of {len(encoded)} {what} exceed "
                 f"max_length={self.max_length_} tokens and were {how}."
             )
         return encoded
