@@ -113,7 +113,10 @@ truncation : {"head", "tail", "head+tail", "chunks"}, default="head"
     Special tokens are always kept. Sentence pairs are cut longest side first (and
     cannot be chunked).
 max_length : int or None, default=None
-    Tokens per model input, special tokens included; None means the model's limit.
+    Tokens per model input, special tokens included; None means the model's limit (the
+    tokenizer's ``model_max_length`` or the position embeddings, the smaller: 512 for
+    all-MiniLM-L6-v2, whose sentence-transformers pipeline stops at its ``max_seq_length``
+    of 256: ``max_length=256`` gives that pipeline's vectors for longer texts too).
 head_length : int, default=128
     Tokens kept from the beginning of a text by ``truncation="head+tail"`` (Sun et al.:
     128 of 510); must be smaller than ``max_length`` less the special tokens.
