@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from numbers import Real
 
 from ._core.deprecations import NOT_GIVEN, read_top_learning_rate, warn_head_learning_rate
 
@@ -74,6 +75,21 @@ def parameter_depths(backbone) -> dict:
     return depths
 
 
+def _check_rates(learning_rate, layer_lr_decay, top_learning_rate, weight_decay) -> None:
+    """The ranges the estimators' parameter checks hold their values to."""
+    checks = (
+        ("learning_rate", learning_rate, "a float > 0", lambda v: v > 0),
+        ("layer_lr_decay", layer_lr_decay, "a float in (0, 1]", lambda v: 0 < v <= 1),
+        ("top_learning_rate", top_learning_rate, "a float > 0 or None", lambda v: v > 0),
+        ("weight_decay", weight_decay, "a float >= 0", lambda v: v >= 0),
+    )
+    for name, value, allowed, fits in checks:
+        if name == "top_learning_rate" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, Real) or not fits(float(value)):
+            raise ValueError(f"{name}={value!r} is not allowed; use {allowed}.")
+
+
 def layerwise_param_groups(
     network,
     *,
@@ -92,15 +108,16 @@ def layerwise_param_groups(
         A module with a ``backbone`` attribute (the Hugging Face encoder); every other
         trainable parameter is on top of it (pooling weights, output layer).
     learning_rate : float
-        Rate of the top encoder layer.
+        Rate of the top encoder layer (> 0).
     layer_lr_decay : float, default=1.0
-        Factor xi per layer down (1.0 = no decay; Sun et al. use 0.95).
+        Factor xi per layer down, in (0, 1] (1.0 = no decay; Sun et al. use 0.95).
     top_learning_rate : float or None, default=None
-        Rate of the weights on top of the encoder; None means ``learning_rate``.
+        Rate of the weights on top of the encoder (> 0); None means ``learning_rate``.
     head_learning_rate : float or None, default="deprecated"
-        Deprecated spelling of ``top_learning_rate``; when given, its value is used.
+        Deprecated spelling of ``top_learning_rate``; when given, its value is used (giving
+        both, with other values, is an error).
     weight_decay : float, default=0.01
-        AdamW weight decay, for parameters with 2 or more dimensions only.
+        AdamW weight decay (>= 0), for parameters with 2 or more dimensions only.
     train_backbone : bool, default=True
         If False, the encoder's parameters are left out (``fine_tune="top"``).
 
@@ -110,12 +127,23 @@ def layerwise_param_groups(
         Groups for ``torch.optim.AdamW``, each with ``params``, ``lr``, ``weight_decay`` and a
         ``name`` such as ``"layer 3"``, ``"embeddings"`` or ``"top"``, sorted from the
         embeddings up.
+
+    Raises
+    ------
+    ValueError
+        For a rate, decay factor or weight decay out of its range.
     """
     backbone = network.backbone
     n_layers = int(backbone.config.num_hidden_layers)
     if head_learning_rate != NOT_GIVEN:
         warn_head_learning_rate(stacklevel=2)  # the caller of this function
+        if top_learning_rate is not None and head_learning_rate != top_learning_rate:
+            raise ValueError(
+                f"head_learning_rate={head_learning_rate!r} and top_learning_rate="
+                f"{top_learning_rate!r} name one rate; give top_learning_rate only."
+            )
     top_learning_rate = read_top_learning_rate(top_learning_rate, head_learning_rate)
+    _check_rates(learning_rate, layer_lr_decay, top_learning_rate, weight_decay)
     top_lr = learning_rate if top_learning_rate is None else top_learning_rate
     backbone_ids = {id(p) for p in backbone.parameters()}
     groups: dict = {}

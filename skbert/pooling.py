@@ -169,7 +169,9 @@ class ChunkPooling(nn.Module):
         self.mode = mode
 
     def forward(self, vectors: torch.Tensor, owner: torch.Tensor, n_texts: int) -> torch.Tensor:
-        if vectors.shape[0] == n_texts:  # one chunk per text: nothing to combine
+        if vectors.shape[0] == n_texts and torch.equal(
+            owner, torch.arange(n_texts, device=owner.device)
+        ):  # one chunk per text, in order: nothing to combine
             return vectors
         index = owner.unsqueeze(-1).expand_as(vectors)
         empty = vectors.new_zeros((n_texts, vectors.shape[1]))
@@ -244,6 +246,8 @@ def make_pooling(
         ``(states, mask) -> vectors``.
     """
     if name == "cnn":
+        if input_dim is None:
+            raise ValueError("pooling='cnn' needs input_dim, the width of the token states.")
         return CNNPooling(input_dim, kernel_sizes=tuple(kernel_sizes), channels=channels)
     if name == "pooler":
         if pooler is None:
@@ -260,7 +264,26 @@ def make_pooling(
 
 
 def make_chunk_pooling(name: str, dim: int | None = None) -> nn.Module:
-    """Build the chunk pooling module called ``name`` ("attention" needs ``dim``)."""
+    """Build the chunk pooling module called ``name``.
+
+    Parameters
+    ----------
+    name : {"mean", "max", "attention"}
+        The chunk pooling (an estimator's ``chunk_pooling``).
+    dim : int or None, default=None
+        Width of the chunk vectors; needed by ``"attention"``.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``(vectors, owner, n_texts) -> text vectors``.
+    """
     if name == "attention":
+        if dim is None:
+            raise ValueError("chunk_pooling='attention' needs dim, the width of the vectors.")
         return AttentionChunkPooling(dim)
+    if name not in ("mean", "max"):
+        raise ValueError(
+            f"chunk_pooling={name!r} is not allowed; use 'mean', 'max' or 'attention'."
+        )
     return ChunkPooling(name)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 __all__ = ["STRATEGIES", "truncate", "split_chunks", "truncate_pair"]
 
 STRATEGIES = ("head", "tail", "head+tail", "chunks")
+_SINGLE_WINDOW = STRATEGIES[:3]
 
 
 def truncate(ids: Sequence[int], budget: int, strategy: str, head_length: int = 128) -> list:
@@ -29,17 +30,24 @@ def truncate(ids: Sequence[int], budget: int, strategy: str, head_length: int = 
     ids : sequence of int
         Token ids without special tokens.
     budget : int
-        Number of content tokens allowed (>= 1).
+        Number of content tokens allowed (>= 0).
     strategy : {"head", "tail", "head+tail"}
         Which part of the text to keep.
     head_length : int, default=128
-        Head tokens kept by ``"head+tail"``; clipped to ``budget``.
+        Head tokens kept by ``"head+tail"`` (>= 0); clipped to ``budget``.
 
     Returns
     -------
     list of int
         ``ids`` itself (as a list) when it fits, else the kept tokens in their original order.
+
+    Raises
+    ------
+    ValueError
+        For another ``strategy``, or a negative ``budget`` or ``head_length``.
     """
+    if strategy not in _SINGLE_WINDOW or budget < 0 or head_length < 0:
+        _refuse(budget, strategy, head_length)
     ids = list(ids)
     if len(ids) <= budget:
         return ids
@@ -47,13 +55,21 @@ def truncate(ids: Sequence[int], budget: int, strategy: str, head_length: int = 
         return ids[:budget]
     if strategy == "tail":
         return ids[len(ids) - budget :]
-    if strategy == "head+tail":
-        head = min(head_length, budget)
-        tail = budget - head
-        return ids[:head] + (ids[len(ids) - tail :] if tail else [])
+    head = min(head_length, budget)  # "head+tail"
+    tail = budget - head
+    return ids[:head] + (ids[len(ids) - tail :] if tail else [])
+
+
+def _refuse(budget, strategy, head_length) -> None:
+    if strategy not in _SINGLE_WINDOW:
+        raise ValueError(
+            f"strategy={strategy!r} is not a single-window truncation; "
+            "allowed: 'head', 'tail', 'head+tail'."
+        )
+    if budget < 0:
+        raise ValueError(f"budget={budget!r} is negative; it counts the tokens kept (>= 0).")
     raise ValueError(
-        f"strategy={strategy!r} is not a single-window truncation; "
-        "allowed: 'head', 'tail', 'head+tail'."
+        f"head_length={head_length!r} is negative; it counts the head tokens kept (>= 0)."
     )
 
 
@@ -75,6 +91,12 @@ def split_chunks(ids: Sequence[int], budget: int, max_chunks: int | None = None)
     list of list of int
         At least one window; an empty text gives one empty window.
     """
+    if budget < 1 or (max_chunks is not None and max_chunks < 1):
+        raise ValueError(
+            f"budget={budget!r} and max_chunks={max_chunks!r}: a window holds at least one "
+            "token (budget >= 1) and a text keeps at least one window (max_chunks >= 1 or "
+            "None)."
+        )
     ids = list(ids)
     chunks = [ids[start : start + budget] for start in range(0, len(ids), budget)] or [[]]
     if max_chunks is not None:

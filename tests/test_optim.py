@@ -110,3 +110,22 @@ def test_old_keyword_head_learning_rate_warns_and_works(tiny_bert):
     new = layerwise_param_groups(network, learning_rate=1e-3, top_learning_rate=0.2)
     assert rates_by_name(old) == rates_by_name(new)
     assert rates_by_name(new)[("top", True)] == pytest.approx(0.2)
+
+
+def test_rates_out_of_range_are_refused(tiny_bert):
+    """layer_lr_decay=-0.5 gave layer 1 a rate of -5e-4, which AdamW took without a word."""
+    _, backbone = load_backbone(tiny_bert)
+    network = Wrapper(backbone)
+    bad = [
+        ({"learning_rate": 0.0}, r"learning_rate=0.0 is not allowed; use a float > 0"),
+        ({"learning_rate": 1e-3, "layer_lr_decay": -0.5}, r"layer_lr_decay=-0.5 .* \(0, 1\]"),
+        ({"learning_rate": 1e-3, "top_learning_rate": -1.0}, "top_learning_rate=-1.0"),
+        ({"learning_rate": 1e-3, "weight_decay": -0.1}, r"weight_decay=-0.1 .* >= 0"),
+    ]
+    for kwargs, match in bad:
+        with pytest.raises(ValueError, match=match):
+            layerwise_param_groups(network, **kwargs)
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="name one rate"):
+        layerwise_param_groups(
+            network, learning_rate=1e-3, top_learning_rate=5e-2, head_learning_rate=None
+        )

@@ -307,3 +307,29 @@ def test_attention_forward_weighs_the_chunk_scores(training):
     assert scores.shape == (9, 1)
     assert torch.equal(att(vectors, owner, 4), att.weigh(vectors, scores, owner, 4))
     torch.testing.assert_close(att.chunk_scores(vectors[3:4]), scores[3:4])
+
+
+def test_factories_name_what_is_missing_or_not_allowed():
+    from skbert.pooling import make_chunk_pooling, make_pooling
+
+    with pytest.raises(ValueError, match="chunk_pooling='bogus' .* 'mean', 'max' or 'attention'"):
+        make_chunk_pooling("bogus")
+    with pytest.raises(ValueError, match="chunk_pooling='attention' needs dim"):
+        make_chunk_pooling("attention")
+    with pytest.raises(ValueError, match="pooling='cnn' needs input_dim"):
+        make_pooling("cnn")
+
+
+def test_chunk_pooling_follows_owner_whatever_its_order():
+    """With as many chunks as texts the input came back as it was, owner unread."""
+    from skbert.pooling import ChunkPooling
+
+    vectors = torch.tensor([[1.0, 1.0], [5.0, 5.0]])
+    for mode in ("mean", "max"):
+        pool = ChunkPooling(mode)
+        swapped = pool(vectors, torch.tensor([1, 0]), 2)
+        assert torch.equal(swapped, torch.tensor([[5.0, 5.0], [1.0, 1.0]]))
+        together = pool(vectors, torch.tensor([0, 0]), 2)
+        expected = [3.0, 3.0] if mode == "mean" else [5.0, 5.0]
+        assert torch.equal(together[0], torch.tensor(expected))
+        assert pool(vectors, torch.tensor([0, 1]), 2) is vectors  # in order: as it is

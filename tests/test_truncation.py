@@ -23,6 +23,20 @@ def test_head_plus_tail_with_head_as_long_as_budget_is_head():
 def test_unknown_strategy():
     with pytest.raises(ValueError, match="allowed: 'head', 'tail', 'head\\+tail'"):
         truncate(IDS, 3, "chunks")
+    with pytest.raises(ValueError, match="strategy='bogus'"):
+        truncate(IDS[:2], 3, "bogus")  # a text that fits is no excuse
+
+
+def test_negative_budgets_and_lengths_are_refused():
+    """head_length=-2 returned 14 ids of a 10-id text, repeated; budget=-3 returned 7."""
+    with pytest.raises(ValueError, match="head_length=-2 is negative"):
+        truncate(IDS, 4, "head+tail", head_length=-2)
+    with pytest.raises(ValueError, match="budget=-3 is negative"):
+        truncate(IDS, -3, "head")
+    assert truncate(IDS, 0, "tail") == []
+    for budget, max_chunks in ((0, None), (4, 0), (4, -1)):  # [] or a window silently dropped
+        with pytest.raises(ValueError, match=f"budget={budget} and max_chunks={max_chunks}"):
+            split_chunks(IDS, budget, max_chunks)
 
 
 def test_chunks_cover_the_whole_text_in_order():
