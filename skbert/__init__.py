@@ -34,3 +34,7 @@ def __getattr__(name):
 
         return export_onnx
     raise AttributeError(f"module 'skbert' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})  # export_onnx too, imported on first use

@@ -71,7 +71,7 @@ def _loaded(data, target, return_X_y: bool, **extra):
 
 
 def _check_split(split, allowed):
-    if split not in allowed:
+    if not isinstance(split, str) or split not in allowed:
         raise ValueError(f"split={split!r} is not allowed; use one of {sorted(allowed)}.")
 
 
@@ -187,7 +187,8 @@ def load_imdb_sample(
     return_X_y : bool, default=False
         Return ``(data, target)`` instead of a Bunch.
     clean_html : bool, default=True
-        Replace the ``<br />`` tags of the reviews with spaces.
+        Replace the ``<br />`` tags of the reviews with spaces and collapse each run of
+        white space into one space.
     download_if_missing : bool, default=False
         Fetch the files from the canonical public source into ``data_home`` when they are
         missing (needs network access).

@@ -69,10 +69,11 @@ def cosine_spearman(u, v, scores) -> float:
     float
         The Spearman correlation, between -1 and 1.
     """
+    cosines = paired_cosine(u, v)  # checks u and v first
     scores = np.asarray(scores, dtype=np.float64)
-    if scores.shape != (len(u),):
-        raise ValueError(f"scores has shape {scores.shape}; expected ({len(u)},).")
-    return float(spearmanr(paired_cosine(u, v), scores).statistic)
+    if scores.shape != cosines.shape:
+        raise ValueError(f"scores has shape {scores.shape}; expected {cosines.shape}.")
+    return float(spearmanr(cosines, scores).statistic)
 
 
 def _similarity_correlation(correlation, estimator, X, y) -> float:

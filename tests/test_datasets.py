@@ -79,3 +79,14 @@ def test_missing_files_say_where_to_put_them(tmp_path):
 def test_bad_split(tmp_path):
     with pytest.raises(ValueError, match="split='validation' is not allowed"):
         load_sst2("validation", data_home=tmp_path)
+    with pytest.raises(ValueError, match=r"split=\['train'\] is not allowed"):  # was TypeError
+        load_stsb(["train"], data_home=tmp_path)
+
+
+def test_export_onnx_is_listed_without_being_imported():
+    import subprocess
+    import sys
+
+    code = "import skbert, sys; print('export_onnx' in dir(skbert), 'skbert.onnx' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"]
