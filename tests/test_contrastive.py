@@ -428,6 +428,9 @@ def test_multilabel_y_and_chunks(tiny_bert):
         max_epochs=2,
     ).fit(texts, indicator)
     assert np.isfinite(hard.loss_curve_).all() and hard.transform(texts).shape == (10, 16)
+    softmax = BertSentenceTransformer(tiny_bert, fine_tune="full", device="cpu")
+    with pytest.raises(ValueError, match="indicator matrix, trains objective='contrastive'"):
+        softmax.fit(TEXTS, indicator)  # the error points at the objective that takes it
 
 
 def test_same_seed_same_model_and_warm_start_continues(tiny_bert):

@@ -222,7 +222,14 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
         )
     if y.ndim == 2 and y.shape[1] > 1:
         if not allow_multilabel:
-            raise ValueError(f"y has shape {y.shape}; {estimator} takes a 1-D array of labels.")
+            hint = (
+                " (multi-label y, a 0/1 indicator matrix, trains objective='contrastive')"
+                if estimator == "BertSentenceTransformer"
+                else ""
+            )
+            raise ValueError(
+                f"y has shape {y.shape}; {estimator} takes a 1-D array of labels here{hint}."
+            )
         if type_of_target(y) != "multilabel-indicator" or not np.isin(y, (0, 1)).all():
             raise ValueError(
                 "a 2-D y must be a binary indicator matrix (multi-label: one column per "

@@ -74,6 +74,17 @@ def _to_rows(X, name: str):
             "shape (n_samples, 1) or (n_samples, 2) for sentence pairs."
         )
     rows = list(X)
+    if (
+        isinstance(X, tuple)
+        and len(rows) == 2
+        and all(isinstance(r, (list, np.ndarray)) for r in rows)
+        and len(rows[0]) == len(rows[1]) != 2
+    ):  # (first_sentences, second_sentences): columns, which would be read as rows
+        raise ValueError(
+            f"{name} is a tuple of 2 lists of {len(rows[0])} texts, read as {len(rows)} rows of "
+            f"{len(rows[0])} columns; for sentence pairs pass list(zip(first, second)) (one "
+            "pair per row) or an array of shape (n_pairs, 2)."
+        )
     if rows and all(isinstance(r, (list, tuple, np.ndarray)) for r in rows):
         widths = {len(r) for r in rows}
         if len(widths) > 1:
