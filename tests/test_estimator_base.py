@@ -110,7 +110,9 @@ def test_a_name_taken_by_another_class_stays_with_the_first(classes):
     assert classes.estimator_name(first(), "it") == "Taken"
     with pytest.raises(TypeError, match=r"cannot save it: a elsewhere\.Taken; only the"):
         classes.estimator_name(second(), "it")
-    with pytest.raises(ValueError, match=r"class=3 is not an estimator skbert loads; allowed: "):
+    with pytest.raises(
+        ValueError, match=r"class=3 is not an estimator skbert loads in this process; allowed: "
+    ):
         classes.estimator_class(3)
 
 

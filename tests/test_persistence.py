@@ -578,6 +578,9 @@ def test_a_subclass_defined_at_runtime_registers_and_round_trips(registry, tiny_
         skbert.load(tmp_path / "mine")
     assert "allowed: BertSentenceTransformer, BertTextClassifier, BertTextRegressor" in str(e.value)
     assert str(tmp_path / "mine") in str(e.value)
+    # the save is sound: the message says to define the class, not that the folder is bad
+    assert "holds a save whose class=" in str(e.value) and "not a valid" not in str(e.value)
+    assert "import the module that defines it before loading" in str(e.value)
 
 
 def test_private_and_shadowing_subclasses_are_not_registered(registry, fitted, saved, tmp_path):

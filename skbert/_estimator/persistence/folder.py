@@ -39,7 +39,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..._core.version import __version__
 from ..._storage.files import check_output_dir, replace_folder, replaceable
 from .codec import MANIFEST, SaveReader, SaveWriter
-from .registry import estimator_class, estimator_name
+from .registry import UnknownEstimatorClass, estimator_class, estimator_name
 
 __all__ = ["save", "load", "MANIFEST", "FORMAT", "FORMAT_VERSION"]
 
@@ -84,11 +84,12 @@ def load(path):
     Parameters
     ----------
     path : str or os.PathLike
-        A folder written by ``BertSentenceTransformer.save`` or ``BertTextClassifier.save``.
+        A folder written by the ``save`` method of ``BertSentenceTransformer``,
+        ``BertTextClassifier``, ``BertTextRegressor`` (or a subclass defined in this process).
 
     Returns
     -------
-    BertSentenceTransformer or BertTextClassifier
+    BertSentenceTransformer, BertTextClassifier or BertTextRegressor
         The fitted estimator.
 
     Raises
@@ -122,6 +123,8 @@ def load(path):
         return _read_estimator(folder, depth=0)
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         raise
+    except UnknownEstimatorClass as exc:  # a sound save of a class not defined here
+        raise ValueError(f"{os.fspath(path)!r} holds a save whose {exc}") from exc
     except (ValueError, TypeError, KeyError, OSError, RuntimeError) as exc:
         detail = f"missing entry {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ValueError(f"{os.fspath(path)!r} is not a valid skbert save: {detail}") from exc

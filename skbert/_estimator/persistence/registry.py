@@ -12,7 +12,18 @@ from __future__ import annotations
 
 import inspect
 
-__all__ = ["register_estimator", "estimator_class", "estimator_name", "registered_names"]
+__all__ = [
+    "UnknownEstimatorClass",
+    "register_estimator",
+    "estimator_class",
+    "estimator_name",
+    "registered_names",
+]
+
+
+class UnknownEstimatorClass(ValueError):
+    """A save names a class that is not registered in this process."""
+
 
 #: the registered classes by name (a class's ``__name__`` is what a save records)
 _CLASSES: dict = {}
@@ -52,9 +63,10 @@ def estimator_class(name):
         If no class of that name is registered (or ``name`` is not a str).
     """
     if not isinstance(name, str) or name not in _CLASSES:
-        raise ValueError(
-            f"class={name!r} is not an estimator skbert loads; allowed: "
-            f"{', '.join(registered_names())}"
+        raise UnknownEstimatorClass(
+            f"class={name!r} is not an estimator skbert loads in this process; allowed: "
+            f"{', '.join(registered_names())}. A subclass of skbert's estimators is known once "
+            "its class statement has run: import the module that defines it before loading."
         )
     return _CLASSES[name]
 
