@@ -445,6 +445,23 @@ def test_load_errors_name_the_path(saved, tmp_path):
         assert named in str(info.value)
 
 
+def test_load_refuses_weights_whose_bytes_changed(fitted, saved, tmp_path):
+    """One flipped byte of the output layer's weights loaded without a word and moved
+    predict_proba; eight 0xff bytes gave NaN probabilities and still a label."""
+    folder = tmp_path / "flipped"
+    shutil.copytree(saved, folder)
+    weights = folder / "network_.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x10  # a weight's bits, past the header: still a valid safetensors file
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"network_.safetensors' is damaged: its bytes"):
+        skbert.load(folder)
+    # saves written before the digest was recorded load as they did
+    unchecked = tampered(saved, tmp_path, lambda m: m["fitted"]["network_"].pop("blake2b"))
+    loaded = skbert.load(unchecked)
+    assert np.array_equal(loaded.predict_proba(TEXTS), fitted.predict_proba(TEXTS))
+
+
 class _Payload:
     """Unpickling this touches a marker file: code running from the bytes."""
 

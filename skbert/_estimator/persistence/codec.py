@@ -28,6 +28,7 @@ from ..._nn.backbone import SpecialTokens, quiet_loading
 from ..._nn.network import SentenceEncoder, TaskNetwork
 from ..._nn.readout import Readout
 from ..._nn.state import build_network, cpu_tensors, describe_network, load_tensors
+from ..._storage.shards import file_digest
 from ..._storage.tagged_json import ValueReader, ValueWriter, as_int, cannot_encode
 from ..._text.tokenizer_probe import is_tokenizer, read_tokenizer, tokenizer_probe
 from ..deferred import DeferredNetwork
@@ -99,23 +100,26 @@ class SaveWriter(ValueWriter):
         self.names.add(name)
         return name
 
-    def _write_tensors(self, tensors: dict, where: str) -> str:
+    def _write_tensors(self, tensors: dict, where: str) -> dict:
+        """Write a safetensors file; its name and the BLAKE2b of its bytes, which the reader
+        checks (safetensors itself checks the layout, not the values)."""
         from safetensors.torch import save_file
 
         name = self._name(where, ".safetensors")
-        save_file(tensors, os.fspath(self.folder / name), metadata={"skbert": where})
-        return name
+        path = self.folder / name
+        save_file(tensors, os.fspath(path), metadata={"skbert": where})
+        return {"file": name, "blake2b": file_digest(path)}
 
     def _write_network(self, network, where: str) -> dict:
         description, tensors = describe_network(network, where)
         file = self._write_tensors(tensors, where)
-        return {"type": "network", "description": description, "file": file}
+        return {"type": "network", "description": description, **file}
 
     def _write_linear(self, layer, where: str) -> dict:
         file = self._write_tensors(cpu_tensors(layer), where)
         shape = {"in_features": layer.in_features, "out_features": layer.out_features}
         flags = {"bias": layer.bias is not None, "training": layer.training}
-        return {"type": "Linear", **shape, **flags, "file": file}
+        return {"type": "Linear", **shape, **flags, **file}
 
     def _write_tokenizer(self, tokenizer, where: str) -> dict:
         name = self._name(where)
@@ -183,11 +187,19 @@ class SaveReader(ValueReader):
             raise ValueError(f"{where}: {os.fspath(path)!r} is missing")
         return path
 
-    def read_tensors(self, name, where: str) -> dict:
+    def read_tensors(self, node, where: str) -> dict:
+        """The tensors of a node's file, checked against the node's BLAKE2b (saves written
+        before skbert recorded it have none, and load unchecked)."""
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        path = self.child(name, where)
+        path = self.child(node["file"], where)
+        expected = node.get("blake2b")
+        if expected is not None and file_digest(path) != expected:
+            raise ValueError(
+                f"{where}: {os.fspath(path)!r} is damaged: its bytes are not those that save "
+                "wrote (their BLAKE2b differs); save the estimator again."
+            )
         try:
             return load_file(os.fspath(path), device="cpu")
         except (SafetensorError, OSError, ValueError) as exc:
@@ -231,12 +243,12 @@ _OBJECT_DECODERS = {
 
 
 def _decode_network(reader, node, where):
-    tensors = reader.read_tensors(node["file"], where)
+    tensors = reader.read_tensors(node, where)
     return build_network(node["description"], tensors, where)
 
 
 def _decode_linear(reader, node, where):
-    tensors = reader.read_tensors(node["file"], where)
+    tensors = reader.read_tensors(node, where)
     shape = (as_int(node["in_features"]), as_int(node["out_features"]))
     with torch.random.fork_rng(devices=[]):
         layer = torch.nn.Linear(*shape, bias=node["bias"] is True)
