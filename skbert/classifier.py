@@ -110,6 +110,7 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
     0.685
     """
 
+    _SAVED_FITTED = (*SupervisedEstimator._SAVED_FITTED, "classes_", "multilabel_")
     _parameter_constraints: dict = {
         **SupervisedEstimator._parameter_constraints,
         "class_weight": [dict, StrOptions({"balanced"}), None],

@@ -130,6 +130,7 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
     0.519
     """
 
+    _SAVED_FITTED = (*SupervisedEstimator._SAVED_FITTED, "target_mean_", "target_scale_")
     _parameter_constraints: dict = {
         **SupervisedEstimator._parameter_constraints,
         "loss": [StrOptions(set(REGRESSION_LOSSES))],

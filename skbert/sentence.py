@@ -155,8 +155,8 @@ deferred_network_ : DeferredNetwork
     and the read-out. The first prediction that misses the cache loads the encoder
     (checking that the folder is unchanged) and keeps it with the estimator's
     prediction caches until the next ``fit``, not in an attribute; :meth:`save` writes
-    it loaded, and sets ``network_`` to it. A pickle carries it loaded too (its copy has
-    ``network_``), so that it unpickles where the model folder is not.
+    it loaded, and sets ``network_`` to it. A pickle carries it loaded too (in the copy's
+    prediction cache), so that it unpickles where the model folder is not.
 normalize_ : bool
     Whether ``transform`` L2-normalises (``normalize`` resolved).
 feature_fingerprint_ : str

@@ -303,7 +303,13 @@ def test_the_prediction_cache_is_no_part_of_the_estimator(tiny_bert, tmp_path):
     assert cache.network is not None and cache.low_precision is not None
     for other in (pickle.loads(pickle.dumps(est)), copy.deepcopy(est)):
         assert vars(other).keys() == vars(est).keys()
-        assert prediction_cache(other).network is None  # a copy starts with an empty cache
+        # a copy's cache starts empty, but for the deferred encoder's weights it carries
+        carried = prediction_cache(other).network
+        assert carried[0] is other.deferred_network_ and carried[2] is not cache.network[2]
+        assert torch.equal(
+            carried[2].backbone.embeddings.word_embeddings.weight,
+            cache.network[2].backbone.embeddings.word_embeddings.weight,
+        )
         assert prediction_cache(other).low_precision is None
         assert np.array_equal(other.transform(TEXTS), est.transform(TEXTS))
     reference = weakref.ref(est)

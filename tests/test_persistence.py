@@ -411,6 +411,8 @@ def test_load_builds_only_allowed_classes(saved, tmp_path, name):
         (lambda m: m["params"].update(shell={"type": "str", "value": "ls"}), "no parameters"),
         (lambda m: m.update(format_version=99), "upgrade skbert"),
         (lambda m: m["fitted"].update(__class__={"type": "none"}), "not names of fitted"),
+        (lambda m: m["fitted"].pop("network_"), r"attributes \['network_'\] are missing"),
+        (lambda m: m["fitted"].pop("classes_"), r"attributes \['classes_'\] are missing"),
     ],
 )
 def test_load_refuses_tampered_manifests(saved, tmp_path, edit, message):

@@ -43,6 +43,9 @@ from .readout import resolve_readout
 
 __all__ = ["BertEstimatorBase"]
 
+#: the pickle's entry of a deferred encoder's weights (the copy's prediction cache gets them)
+_DEFERRED_WEIGHTS = "__deferred_network_weights"
+
 #: ``fine_tune`` values: train nothing, only the layers on top of the encoder, or everything
 FINE_TUNE_MODES = ("none", "top", "full")
 
@@ -138,6 +141,8 @@ class BertEstimatorBase(BaseEstimator):
 
     #: private fitted attributes (the public ones end in ``_``), reset with those by a fit
     _PRIVATE_FITTED = ("_n_features_out", "_fitted_model")
+    #: what every save of a fitted estimator holds (:func:`skbert.load` checks)
+    _SAVED_FITTED = ("network_", "tokenizer_", "special_tokens_", "readout_", "max_length_")
 
     # ------------------------------------------------------------------ fitting helpers
     def _start_fit(self, keep_learned: bool) -> None:
@@ -539,15 +544,23 @@ class BertEstimatorBase(BaseEstimator):
         # a copy: object.__getstate__ returns the live __dict__ itself
         state = dict(super().__getstate__())
         if "network_" not in state and "deferred_network_" in state:
-            # memory=: the weights fit left in their folder travel too, as save() writes
-            # them: the pickle unpickles where that folder is not (another machine or env)
-            state["network_"] = self.fitted_network()
+            # memory=: the weights fit left in their folder travel too (as save() writes
+            # them), so the pickle unpickles where that folder is not; the copy keeps them
+            # in its prediction cache, as this estimator would once loaded
+            deferred, kept = state["deferred_network_"], prediction_cache(self).network
+            network = kept[2] if kept is not None and kept[0] is deferred else deferred.load()
+            state[_DEFERRED_WEIGHTS] = network_to_state(network)
         if "network_" in state:
             state["network_"] = network_to_state(state["network_"])
         return state
 
     def __setstate__(self, state):
+        # rebuilt on the CPU: a model fitted on a GPU loads on a CPU-only machine
+        state = dict(state)
         if "network_" in state:
-            # rebuilt on the CPU: a model fitted on a GPU loads on a CPU-only machine
-            state = {**state, "network_": network_from_state(state["network_"])}
+            state["network_"] = network_from_state(state["network_"])
+        weights = state.pop(_DEFERRED_WEIGHTS, None)
         super().__setstate__(state)
+        if weights is not None:
+            network = network_from_state(weights)
+            remembered(self, "network", self.deferred_network_, lambda: network)

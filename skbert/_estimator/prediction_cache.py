@@ -18,9 +18,12 @@ the estimator lives in one :class:`PredictionCache` per estimator object, here:
 Lifetime: a cache belongs to one estimator object and goes with it (the estimator is a weak
 key); it is never part of the estimator: not in ``vars``, ``get_params``, a pickle, a
 ``save`` or a copy, so a copy, a clone, an unpickled or a loaded estimator starts with an
-empty one. ``fit`` empties it but for ``warned_device`` (:func:`forget_fit`), so the bf16
-copy is kept until the next fit. Each entry also records the object it was made from (the
-network, the deferred encoder) and is made anew when that is no longer the estimator's.
+empty one, but for one entry: a pickle (or copy) of a fit that deferred loading its encoder
+carries the encoder's weights, and the unpickled estimator starts with them as ``network``
+(so that it works where the model folder is not). ``fit`` empties it but for
+``warned_device`` (:func:`forget_fit`), so the bf16 copy is kept until the next fit. Each
+entry also records the object it was made from (the network, the deferred encoder) and is
+made anew when that is no longer the estimator's.
 
 Used by :class:`~skbert._estimator.base.BertEstimatorBase` and
 :mod:`skbert._estimator.feature_memory`.

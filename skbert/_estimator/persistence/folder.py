@@ -205,6 +205,9 @@ def _read_estimator(folder: Path, depth: int):
     odd = [name for name in fitted if not name.isidentifier() or name.startswith("__")]
     if odd:
         raise ValueError(f"{odd[:3]} are not names of fitted attributes")
+    missing = [name for name in getattr(cls, "_SAVED_FITTED", ()) if name not in fitted]
+    if missing:
+        raise ValueError(f"the fitted attributes {missing} are missing")
     estimator = cls(**params)
     vars(estimator).update(fitted)
     if "metadata_requests" in manifest:  # earlier saves have none
