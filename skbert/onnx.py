@@ -120,9 +120,14 @@ def export_onnx(estimator, path, *, opset=None):
     """
     kinds = (BertSentenceTransformer, BertTextClassifier, BertTextRegressor)
     if not isinstance(estimator, kinds):
+        got = (
+            f"the class {estimator.__name__} itself: pass a fitted instance"
+            if isinstance(estimator, type)
+            else f"estimator={type(estimator).__name__}"
+        )
         raise TypeError(
             "export_onnx exports a BertSentenceTransformer, BertTextClassifier or "
-            f"BertTextRegressor; got estimator={type(estimator).__name__}."
+            f"BertTextRegressor; got {got}."
         )
     if opset is not None and (
         not isinstance(opset, Integral) or isinstance(opset, bool) or opset < MIN_OPSET

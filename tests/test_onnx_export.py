@@ -349,7 +349,14 @@ def test_unfitted_estimator_raises_not_fitted(tiny_bert, tmp_path):
 def test_other_estimators_and_bad_opsets_are_refused(frozen_bert, tmp_path):
     with pytest.raises(TypeError, match="estimator=LogisticRegression"):
         skbert.export_onnx(LogisticRegression(), tmp_path / "out")
+    with pytest.raises(TypeError, match="the class BertTextClassifier itself: pass a fitted"):
+        skbert.export_onnx(BertTextClassifier, tmp_path / "out")
     est, _ = frozen_bert
+    for path in (None, 3):
+        with pytest.raises(
+            TypeError, match=f"path must be a folder path .* got {type(path).__name__}"
+        ):
+            skbert.export_onnx(est, path)
     for opset in (17, 18.0, True, "20"):
         with pytest.raises(ValueError, match=rf"opset={opset!r} .* >= 18"):
             skbert.export_onnx(est, tmp_path / "out", opset=opset)

@@ -146,7 +146,12 @@ def check_output_dir(
     NotADirectoryError
         If ``path`` exists and is not a folder.
     """
-    path = os.fspath(path)
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be a folder path (a str or os.PathLike), got {type(path).__name__}."
+        ) from None
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(
             f"{name}={path!r} is an existing file, and this writes a folder; give a new path "
