@@ -86,6 +86,7 @@ def _similarity_correlation(correlation, estimator, X, y) -> float:
             "predictions of a regressor (a BertTextRegressor cross-encoder), use "
             "spearman_scorer or pearson_scorer."
         )
+    from sklearn.base import BaseEstimator
     from sklearn.exceptions import UndefinedMetricWarning
     from sklearn.utils.validation import check_is_fitted
 
@@ -93,7 +94,8 @@ def _similarity_correlation(correlation, estimator, X, y) -> float:
     from ._estimator.targets import check_gold_scores
     from ._estimator.validation import check_texts
 
-    check_is_fitted(estimator)
+    if isinstance(estimator, BaseEstimator):  # any object with similarity() may be scored
+        check_is_fitted(estimator)
     first, second = check_texts(X)
     if second is None:
         raise ValueError("STS scores take sentence pairs: X must have 2 columns.")

@@ -58,17 +58,17 @@ def export_onnx(estimator, path, *, opset=None):
     The graph takes ``input_ids`` and ``attention_mask`` (and ``token_type_ids`` where the
     model reads them), int64 of shape ``(batch, sequence)``, both axes dynamic, as the saved
     tokenizer returns them (``tokenizer(texts, truncation=True, padding=True,
-    return_tensors="np")``), and returns, float32, one row per input:
+    return_tensors="np")``), and returns, one row per input:
 
     - :class:`~skbert.BertSentenceTransformer`: ``embeddings``, what ``transform`` gives
       (after pooling, the layer combination and, when ``normalize_``, the unit L2 norm);
     - :class:`~skbert.BertTextClassifier`: ``probabilities`` (``predict_proba``, columns in
       the order of ``classes_``) and ``logits`` (``decision_function``, which for two classes
       is ``logits[:, 1] - logits[:, 0]``); the predicted class is ``classes_`` of the largest
-      probability (for multi-label, each label whose probability exceeds 0.5);
-    - :class:`~skbert.BertTextRegressor`: ``predictions``, in the units of ``y`` (the
-      standardisation of the targets is folded into the graph), of shape
-      ``(batch, n_outputs_)``: column 0 is ``predict`` for a 1-D ``y``.
+      probability (for multi-label, each label whose probability exceeds 0.5); both float32;
+    - :class:`~skbert.BertTextRegressor`: ``predictions``, float64 in the units of ``y`` (the
+      standardisation of the targets is folded into the graph, in float64 as ``predict``
+      applies it), of shape ``(batch, n_outputs_)``: column 0 is ``predict`` for a 1-D ``y``.
 
     With ``truncation="chunks"`` a text is several model inputs, one per window, and the graph
     is the per-window network: ``window_embeddings`` (unnormalised), ``window_logits`` or
@@ -79,7 +79,7 @@ def export_onnx(estimator, path, *, opset=None):
     (the mean of the output layer's values is its value of the mean); other window poolings
     raise.
 
-    The graph is float32 whatever ``precision``: it matches the estimator's outputs with
+    The network is float32 whatever ``precision``: it matches the estimator's outputs with
     ``precision="fp32"`` within float32 rounding (1e-4 in skbert's tests), not bit for bit.
 
     Parameters

@@ -67,8 +67,8 @@ fine_tune : {"none", "top", "full"}, default="none"
     ``"none"``: the encoder stays frozen and ``fit`` only loads it. ``"full"``: ``fit``
     trains the encoder, its pooling weights and an output layer on ``(X, y)``,
     siamese-style (SBERT). ``"top"``: only the weights on top of the frozen encoder (a
-    CNN pooling, chunk attention, the output layer). ``"head"`` is the deprecated
-    spelling of ``"top"``.
+    CNN pooling, chunk attention, with the output layer), so a pooling with weights is
+    needed. ``"head"`` is the deprecated spelling of ``"top"``.
 objective : {"auto", "cosine", "pair-softmax", "softmax", "contrastive"}, default="auto"
     Training objective; ``"auto"`` follows the data (see :meth:`fit`); ignored, with a
     warning if set, when ``fine_tune="none"``. ``"contrastive"`` (single texts with class
@@ -570,6 +570,8 @@ class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin,
 
         Raises
         ------
+        NotFittedError
+            If the estimator is not fitted.
         ValueError
             If ``y`` holds NaN or infinite scores, or its length differs from X's.
         """

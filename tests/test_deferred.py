@@ -62,3 +62,17 @@ def test_a_pickle_carries_the_weights_fit_left_in_their_folder(model_copy, tmp_p
     shutil.rmtree(tmp_path / "cache")
     copy = pickle.loads(blob)
     np.testing.assert_array_equal(copy.transform(new_texts), expected)
+
+
+def test_a_pickle_without_the_model_folder_refers_to_it_and_warns(model_copy, tmp_path):
+    """Pickling needs the folder to carry the weights; without it, the pickle is the
+    reference it was before (and the cached texts still transform), with a warning."""
+    import pickle
+
+    filler = BertSentenceTransformer(model_copy, device="cpu", memory=tmp_path / "cache")
+    expected = filler.fit(TEXTS).transform(TEXTS)  # now cached
+    est = BertSentenceTransformer(model_copy, device="cpu", memory=tmp_path / "cache").fit(TEXTS)
+    shutil.rmtree(model_copy)
+    with pytest.warns(UserWarning, match="model folder cannot be loaded now"):
+        blob = pickle.dumps(est)
+    np.testing.assert_array_equal(pickle.loads(blob).transform(TEXTS), expected)

@@ -227,6 +227,18 @@ def test_score_refuses_nan_gold_scores_and_warns_for_one_pair(tiny_bert, how):
         assert np.isfinite(scored(est, PAIRS[:4], [1.0, 2.0, 3.0, 4.0]))
 
 
+def test_sts_scorers_take_any_object_with_similarity():
+    """Not only scikit-learn estimators: the scorers' messages invite any similarity()."""
+    from skbert import metrics
+
+    class Same:
+        def similarity(self, X):
+            return np.array([float(a == b) for a, b in X])
+
+    pairs = [("a", "a"), ("a", "b"), ("c", "c")]
+    assert metrics.sts_spearman_scorer(Same(), pairs, [5.0, 0.0, 5.0]) == pytest.approx(1.0)
+
+
 # ---------------------------------------------------------------------------- feature cache
 def test_deferred_load_refuses_a_model_folder_changed_after_fit(tiny_bert, tmp_path):
     folder = tmp_path / "model"

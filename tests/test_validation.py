@@ -39,15 +39,16 @@ def test_pairs(X):
     assert check_texts(X) == (["a", "c"], ["b", "d"])
 
 
-@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("n", [3, 5])
 def test_a_tuple_of_two_columns_is_refused_with_the_way_to_pairs(n):
-    """(sentences1, sentences2) was read as 2 rows: 1 sentence each gave two single texts, 3
-    gave 'X has 3 columns'."""
+    """(sentences1, sentences2) was read as 2 rows: 'X has 3 columns' (2 sentences each read
+    as 2 pairs cannot be told from that; 1 each is 2 rows of one text)."""
     first, second = [f"a{i}" for i in range(n)], [f"b{i}" for i in range(n)]
     with pytest.raises(ValueError, match=r"tuple of 2 lists .* list\(zip\(first, second\)\)"):
         check_texts((first, second))
     assert check_texts(list(zip(first, second, strict=True))) == (first, second)
     assert check_texts((("a", "b"), ("c", "d"))) == (["a", "c"], ["b", "d"])  # a tuple of pairs
+    assert check_texts((["a"], ["b"])) == (["a", "b"], None)  # 2 rows of one column
 
 
 def test_bare_string():

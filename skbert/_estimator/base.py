@@ -548,8 +548,19 @@ class BertEstimatorBase(BaseEstimator):
             # them), so the pickle unpickles where that folder is not; the copy keeps them
             # in its prediction cache, as this estimator would once loaded
             deferred, kept = state["deferred_network_"], prediction_cache(self).network
-            network = kept[2] if kept is not None and kept[0] is deferred else deferred.load()
-            state[_DEFERRED_WEIGHTS] = network_to_state(network)
+            try:
+                network = kept[2] if kept is not None and kept[0] is deferred else deferred.load()
+            except (OSError, RuntimeError) as exc:  # the folder is gone or changed
+                warnings.warn(
+                    f"pickling a memory= fit whose encoder is not loaded, and its model folder "
+                    f"cannot be loaded now ({exc}); the pickle refers to the folder and works "
+                    "only where that folder is as fit read it (texts in the feature cache "
+                    "transform without it).",
+                    UserWarning,
+                    stacklevel=user_stacklevel(),
+                )
+            else:
+                state[_DEFERRED_WEIGHTS] = network_to_state(network)
         if "network_" in state:
             state["network_"] = network_to_state(state["network_"])
         return state

@@ -77,8 +77,8 @@ def _to_rows(X, name: str):
     if (
         isinstance(X, tuple)
         and len(rows) == 2
-        and all(isinstance(r, (list, np.ndarray)) for r in rows)
-        and len(rows[0]) == len(rows[1]) != 2
+        and all(isinstance(r, list) or getattr(r, "ndim", 0) == 1 for r in rows)
+        and len(rows[0]) == len(rows[1]) > 2
     ):  # (first_sentences, second_sentences): columns, which would be read as rows
         raise ValueError(
             f"{name} is a tuple of 2 lists of {len(rows[0])} texts, read as {len(rows)} rows of "
