@@ -14,7 +14,7 @@ the full test sets (SST-2 1,821 sentences, TREC 500 questions).
   ``sampling_strategy="oversampling"`` (fewer pairs than 20 per text up to SST-2's 32 per
   class and TREC's 8, more beyond: 144 against 640 pairs at SST-2's 8, 30,720 against 7,680
   at TREC's 32). ``--methods skbert,SetFit,SetFit-oversample`` also fits SetFit with that
-  default, reported beside the bars for information (SST-2's 8, 16 and 32 per class are in
+  default, reported beside the bars for information (SST-2's four sizes are in
   ``benchmarks/README.md``).
 * ``skbert``: ``make_pipeline(BertSentenceTransformer(fine_tune="full",
   objective="contrastive"), LogisticRegression())``, skbert's defaults otherwise; or, with
