@@ -20,7 +20,11 @@ from ._estimator.parameter_docs import (
     numpydoc_entries,
 )
 from ._estimator.supervised import SupervisedEstimator
-from ._estimator.targets import check_regression_targets, check_validation_split
+from ._estimator.targets import (
+    check_regression_targets,
+    check_validation_split,
+    standardisation,
+)
 from ._nn.backbone import DEFAULT_MODEL
 from ._nn.losses import REGRESSION_LOSSES, regression_loss
 from .pretraining import within_task_pretrain
@@ -237,7 +241,9 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
         ------
         ValueError
             For a target that is missing, infinite or not a number (its position is named),
-            or that holds one value for every sample.
+            that holds one value for every sample or whose spread float64 cannot hold; with
+            ``early_stopping``, when the held-out targets all hold one value (R^2 could not
+            rank the epochs).
         skbert.exceptions.TrainingDivergedError
             If the training loss or gradients become NaN or infinite (the message names the
             step and what to change).
@@ -274,8 +280,7 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
                     "to start anew."
                 )
         else:
-            self.target_mean_ = columns.mean(axis=0)
-            self.target_scale_ = columns.std(axis=0)
+            self.target_mean_, self.target_scale_ = standardisation(columns)
         self.n_outputs_ = columns.shape[1]
         self.multioutput_ = multioutput
         return ((columns - self.target_mean_) / self.target_scale_).astype(np.float32)
@@ -294,6 +299,18 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
             return criterion(outputs.float(), target_tensor[indices].to(device))
 
         return loss
+
+    def _check_held_out(self, y, rows):
+        held = y[rows].reshape(len(rows), -1)
+        if (held.min(axis=0) == held.max(axis=0)).all():  # R^2 is 0 at every epoch
+            which = "targets are all" if y.ndim == 1 else "outputs are each constant, at"
+            raise ValueError(
+                f"early_stopping=True held out {len(rows)} samples (validation_fraction="
+                f"{self.validation_fraction!r}) whose {which} {held[0].tolist()!r}: their R^2 "
+                "is 0 at every epoch, so the fit would stop after n_iter_no_change + 1 epochs "
+                "whatever it learns. Use a larger validation_fraction, another "
+                "random_state, or early_stopping=False."
+            )
 
     def _validation_rows(self, share, n_validation):
         # R^2 is no mean over rows: the first process scores them all, the others none

@@ -56,6 +56,36 @@ def test_standardised_targets_learn_alike_in_any_units(tiny_bert):
     np.testing.assert_allclose(big.loss_curve_, small.loss_curve_, rtol=1e-5)
 
 
+@pytest.mark.parametrize("scale", [1e160, 1e-170])
+def test_targets_past_the_squares_range_of_float64_learn_alike(tiny_bert, scale):
+    # numpy's std squares the deviations: inf at 1e160 (predict gave inf), 0 at 1e-170
+    small = make(tiny_bert, max_epochs=3).fit(X, Y)
+    extreme = make(tiny_bert, max_epochs=3).fit(X, scale * Y)
+    assert extreme.target_scale_ == pytest.approx(scale * small.target_scale_, rel=1e-12)
+    np.testing.assert_allclose(extreme.loss_curve_, small.loss_curve_, rtol=1e-5)
+    np.testing.assert_allclose(extreme.predict(X), scale * small.predict(X), rtol=1e-9)
+
+
+def test_decimal_targets_train_as_their_floats(tiny_bert):
+    from decimal import Decimal  # pandas.read_sql gives SQL NUMERIC columns as Decimal
+
+    floats = make(tiny_bert, max_epochs=2).fit(X, Y)
+    decimals = make(tiny_bert, max_epochs=2).fit(X, [Decimal(str(v)) for v in Y])
+    np.testing.assert_array_equal(decimals.predict(X), floats.predict(X))
+
+
+def test_early_stopping_refuses_held_out_targets_of_one_value(tiny_bert):
+    two_values = np.where(Y > 2.5, 4.0, 1.0)
+    params = {"max_epochs": 2, "early_stopping": True, "validation_fraction": 0.2}
+    # seed 0 holds out two texts rated 1.0 (R^2 0 at every epoch: it stopped silently)
+    with pytest.raises(ValueError, match=r"held out 2 samples .* whose targets are all \[1.0\]"):
+        make(tiny_bert, random_state=0, **params).fit(X, two_values)
+    assert make(tiny_bert, random_state=1, **params).fit(X, two_values).n_iter_ == 2
+    # one constant output of two still ranks the epochs by the other
+    both = np.c_[two_values, Y]
+    assert make(tiny_bert, random_state=0, **params).fit(X, both).n_iter_ == 2
+
+
 @pytest.mark.parametrize(
     "y, shape",
     [(Y, (10,)), (Y[:, None], (10, 1)), (np.c_[Y, -2 * Y + 1, Y**2], (10, 3))],
@@ -159,6 +189,7 @@ def test_pairs_are_read_together_and_kinds_do_not_mix(tiny_model):
         (["pos"] * 5 + ["neg"] * 5, r"y\[0\] is 'pos', not a real number"),
         ([2.0] * 10, r"y holds one value \(2.0\) for every sample"),
         (np.c_[Y, np.ones(10)], r"y\[:, 1\] holds one value \(1.0\) for every sample"),
+        (np.r_[Y[:7], 1.7e308, -1.7e308, 1.7e308], r"y spans .* not a positive float64"),
         (np.zeros((10, 2, 2)), r"y has shape \(10, 2, 2\)"),
         (np.zeros((10, 0)), r"y has shape \(10, 0\)"),
         (Y[:9], "X has 10 samples but y has 9"),

@@ -152,7 +152,8 @@ weight_decay : float, default=0.01
     AdamW weight decay; never applied to biases and LayerNorm weights.
 warmup_fraction : float, default=0.1
     Share of the training steps with a linear warm-up of the learning rates, which then
-    decay linearly to 0.
+    decay linearly towards 0 (the last step still trains, at ``1 / (steps - warm-up
+    steps)`` of the peak rate).
 dropout : float, default=0.1
     Dropout before the output layer.
 max_epochs : int, default=3

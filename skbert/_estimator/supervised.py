@@ -102,6 +102,10 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
         """The labels the ``early_stopping`` split is stratified on, or None."""
         return None
 
+    def _check_held_out(self, y, rows) -> None:
+        """Raise when the ``early_stopping`` split's held-out ``rows`` of ``y`` cannot rank
+        the epochs."""
+
     def _validation_rows(self, share, n_validation: int) -> np.ndarray:
         """Positions, among the held-out rows, that this process scores (its share)."""
         return share.rows(n_validation)
@@ -136,6 +140,7 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
                 stratify=self._stratify(targets),
                 random_state=seed,
             )
+            self._check_held_out(y, val_idx)
         device, dtype = self._device_and_dtype(trained=network)
         predict_dtype = resolve_precision(self.precision, device)  # that of predict and score
         encoded = self._encode(first, second)

@@ -10,6 +10,7 @@ names the position), instead of a raw comparison error or a model that learned n
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 import warnings
@@ -286,7 +287,7 @@ def _refuse_non_reals(y: np.ndarray, why: str) -> None:
             raise ValueError(
                 f"y[{_position(i, y.shape)}] is missing ({value!r}); every sample needs a target."
             )
-        if not isinstance(value, numbers.Real):
+        if not isinstance(value, (numbers.Real, decimal.Decimal)):  # read_sql gives Decimal
             raise ValueError(f"y[{_position(i, y.shape)}] is {value!r}, not a real number; {why}.")
 
 
@@ -343,7 +344,42 @@ def check_regression_targets(y, n_samples: int, *, estimator: str) -> np.ndarray
             f"{estimator} learns from differences between targets, so each output needs at "
             "least two distinct values."
         )
+    standardisation(y)  # raises for a spread float64 cannot hold
     return y
+
+
+def standardisation(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of each output of real-valued ``y`` (1-D, or 2-D with one
+    column per output), computed without overflow or underflow for any finite float64.
+
+    Raises
+    ------
+    ValueError
+        When an output's standard deviation is 0 or not finite in float64 (targets spread
+        over more than about 1e308, or by less than about 1e-300), naming the output.
+    """
+    columns = y.reshape(len(y), -1)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        mean = columns.mean(axis=0)
+        if not np.isfinite(mean).all():  # a sum past float64's range: scale first
+            peak = np.abs(columns).max(axis=0)
+            mean = peak * (columns / peak).mean(axis=0)
+        deviations = columns - mean
+        reach = np.abs(deviations).max(axis=0)
+        # squares of deviations past 1e154 overflow and under 1e-154 lose bits or vanish;
+        # there the deviations are scaled to 1 first (elsewhere numpy's std, as it was)
+        plain = (reach > 1e-100) & (reach < 1e100)
+        scale = np.where(plain, columns.std(axis=0), reach * (deviations / reach).std(axis=0))
+    bad = np.flatnonzero(~(np.isfinite(scale) & (scale > 0)) | ~np.isfinite(mean))
+    if len(bad):
+        which = "y" if y.ndim == 1 else f"y[:, {int(bad[0])}]"
+        raise ValueError(
+            f"{which} spans {float(columns[:, bad[0]].min())!r} to "
+            f"{float(columns[:, bad[0]].max())!r}: its standard deviation is not a positive "
+            "float64, so the targets cannot be standardised; rescale y (for example with "
+            "sklearn.compose.TransformedTargetRegressor)."
+        )
+    return mean, scale
 
 
 def check_scores(y, n_samples: int) -> np.ndarray:
