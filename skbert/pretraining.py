@@ -192,11 +192,28 @@ def masked_lm_windows(tokenizer, texts, max_length: int, whole_word_mask: bool =
             )
         offsets = encoded["offset_mapping"] if whole_word_mask else None
         for i, ids in enumerate(encoded["input_ids"]):
-            spans = None if offsets is None else offsets[i]
+            spans = None if offsets is None else _word_spans(texts[start + i], offsets[i])
             features.extend(text_windows(ids, width, specials, spans))
     if not features:
         raise ValueError("masked-LM pre-training needs non-empty texts; got none.")
     return features
+
+
+def _word_spans(text: str, spans) -> list:
+    """Token spans of ``text`` without the whitespace some tokenizers' spans begin with.
+
+    SentencePiece (ALBERT, DeBERTa-v3, XLM-R) and byte-level BPE without trimmed offsets
+    (ModernBERT) give a word's first piece (``▁cat``, ``Ġcat``) the span of
+    `` cat``, space included: it then begins where the previous piece ended, and whole-word
+    masking took every window for one word. Without that space, a piece starts a word
+    exactly when it does not begin where the previous one ended, for every tokenizer.
+    """
+    trimmed = []
+    for begin, end in spans:
+        while begin < end and text[begin].isspace():
+            begin += 1
+        trimmed.append((begin, end))
+    return trimmed
 
 
 # The constraints of the parameters that further_pretrain and within_task_pretrain share.

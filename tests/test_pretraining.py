@@ -151,6 +151,41 @@ def test_same_seed_same_checkpoint_and_whole_word_masking(tiny_bert, tmp_path):
     assert any(not torch.equal(value, c[name]) for name, value in a.items())
 
 
+@pytest.mark.parametrize(
+    "family",
+    ["tiny_bert", "tiny_roberta", "tiny_mpnet", "tiny_deberta", "tiny_albert_unigram",
+     "tiny_modernbert"],
+)  # fmt: skip
+def test_whole_word_masking_masks_words_in_every_family(family, request):
+    """SentencePiece and untrimmed byte-level BPE spans begin with the word's space: each
+    window was taken for one word (masked whole or not at all)."""
+    import re
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(request.getfixturevalue(family))
+    text = "the cat sat on the mat and the dog was not good"
+    words = [m.span() for m in re.finditer(r"\S+", text)]
+    windows = masked_lm_windows(tokenizer, [text] * 8, 32, whole_word_mask=True)
+    content = np.array(windows[0]["special_tokens_mask"]) == 0
+    word_of = np.array(
+        [next(w for w, (a, b) in enumerate(words) if a <= s < b) if s < e else -1
+         for s, e in windows[0]["offset_mapping"]]
+    )[content]  # fmt: skip
+    assert len(set(word_of.tolist()) - {-1}) == len(words)
+    shares = []
+    for seed in range(20):
+        torch.manual_seed(seed)
+        chosen = mask_batch(windows, tokenizer, 0.15, whole_word_mask=True)["labels"] != -100
+        chosen = chosen.numpy()[:, : len(content)][:, content]
+        for row in chosen:  # a word's pieces are chosen together, words apart
+            for word in set(word_of.tolist()) - {-1}:
+                assert len(set(row[word_of == word].tolist())) == 1
+        shares.append(chosen.mean())
+    assert 0.05 < np.mean(shares) < 0.3
+    assert any(0 < row.mean() < 1 for row in chosen)
+
+
 def test_windows_cover_long_texts(tiny_bert):
     from transformers import AutoTokenizer
 
