@@ -137,6 +137,45 @@ def test_holds_scores():
     assert not holds_scores([0, 1], "Est") and not holds_scores(["a", "b"], "Est")
 
 
+@pytest.mark.parametrize(
+    "y, kind",
+    [
+        (np.array([1, 0, 1, 2, 0, 1], dtype=object), "int"),
+        (pd.Series([1, 0, 1, 2, 0, 1], dtype=object), "int"),
+        (np.array([True, False] * 3, dtype=object), "bool"),
+        (np.array([1.0, 0.0] * 3, dtype=object), "int"),
+        (np.array([[1, 0], [0, 1]] * 3, dtype=object), "int"),
+    ],
+)
+def test_labels_of_object_dtype_holding_numbers_are_refused_with_the_cast(y, kind):
+    # df.to_numpy() of mixed columns: fitted, then score() and every CV split failed
+    with pytest.raises(ValueError, match=rf"dtype object and holds numbers .*y\.astype\({kind}\)"):
+        labels(y=y, allow_multilabel=True)
+
+
+def test_numbers_in_object_arrays_are_read_as_numbers():
+    scores = np.array([4.2, 1.0, 3.5], dtype=object)
+    assert holds_scores(scores, "Est") and check_scores(scores, 3).dtype == np.float64
+    with pytest.raises(ValueError, match="y holds continuous values"):
+        labels(y=scores, n=3, allow_multilabel=False)
+    category = pd.Series([1, 0, 1]).astype("category")  # no object array: labels as before
+    np.testing.assert_array_equal(labels(y=category, n=3, allow_multilabel=False)[0], [1, 0, 1])
+    assert (
+        labels(y=np.array(["a", "b", "a"], dtype=object), n=3, allow_multilabel=False)[0].dtype
+        == object
+    )
+    assert (
+        labels(y=np.array([2**70, 1], dtype=object), n=2, allow_multilabel=False)[0].dtype == object
+    )  # past int64
+
+
+def test_sentence_pairs_with_object_scores_train_the_cosine_objective(tiny_bert):
+    X = np.array(PAIRS, dtype=object)
+    y = np.array([4.2, 1.0, 3.5, 0.4, 2.8, 5.0], dtype=object)
+    est = BertSentenceTransformer(tiny_bert, fine_tune="full", **FAST).fit(X, y)
+    assert est.objective_ == "cosine"  # was "pair-softmax" over 6 classes
+
+
 # ------------------------------------------------------------------ early stopping's split
 def test_validation_split_smaller_than_the_classes_says_what_to_change():
     y = np.array([0, 1] * 4)

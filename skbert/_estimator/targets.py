@@ -74,10 +74,34 @@ def _first_mismatch(items, path: tuple):
     return None
 
 
+def _numbers_as_numeric(y: np.ndarray) -> np.ndarray:
+    """An object array of numbers of one kind (all bools, or ints and floats) as the numeric
+    array numpy makes of them; any other object array as it is.
+
+    A DataFrame of mixed columns gives object arrays (``df.to_numpy()[:, -1]``): its int
+    labels were labels of no type (``classes_`` and ``predict`` of object dtype, which
+    scikit-learn's scorers refuse) and its float scores were class labels.
+    """
+    kinds = set()
+    for value in y.flat:
+        if isinstance(value, (bool, np.bool_)):
+            kinds.add(bool)
+        elif isinstance(value, numbers.Real) and not isinstance(value, decimal.Decimal):
+            kinds.add(numbers.Real)
+        else:  # strings, None, pandas' NA, ...: as given, for the checks that name them
+            return y
+    if len(kinds) > 1:  # bools and numbers: a mix of label types, refused as such
+        return y
+    numeric = np.asarray(y.tolist())
+    return numeric if numeric.dtype.kind in "biuf" else y  # ints past int64 stay objects
+
+
 def _asarray(y, name: str, shapes: str) -> np.ndarray:
-    """``np.asarray(y)``, with an error that says ``y`` is ragged (and what it may be)."""
+    """``np.asarray(y)``, with an error that says ``y`` is ragged (and what it may be); an
+    object array of numbers as a numeric one (:func:`_numbers_as_numeric`)."""
     try:
-        return np.asarray(y)
+        raw = np.asarray(y)
+        return _numbers_as_numeric(raw) if raw.dtype == object and raw.size else raw
     except ValueError as error:
         found = _first_mismatch(y, ())
         if found is None:
@@ -147,8 +171,8 @@ def _check_defined(y: np.ndarray, name: str) -> None:
 
 def holds_scores(y, estimator: str, *, allow_multilabel: bool = False) -> bool:
     """Whether ``y`` holds floats, which :class:`~skbert.BertSentenceTransformer` takes as
-    similarity scores (even whole numbers) for sentence pairs; ints and strings are class
-    labels.
+    similarity scores (even whole numbers) for sentence pairs, in a float array or an object
+    array of numbers; ints and strings are class labels.
 
     Raises
     ------
@@ -210,11 +234,14 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
     ------
     ValueError
         For a wrong length, a ragged y, a missing or infinite label, more than 2 dimensions,
-        mixed label types, continuous values, a 2-D y that is not an indicator matrix, or a
+        mixed label types, numbers in an object array (scikit-learn's metrics refuse them),
+        continuous values, a 2-D y that is not an indicator matrix, or a
         single class.
     """
     shapes = _MULTILABEL_SHAPES if allow_multilabel else _single_target_shapes(estimator)
+    given = y
     y = _as_array(y, n_samples, shapes=shapes)
+    _refuse_object_numbers(given, y)
     _check_defined(y, "y")
     if y.ndim > 2:
         raise ValueError(
@@ -253,6 +280,25 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
             "classes to learn from."
         )
     return y, False
+
+
+def _refuse_object_numbers(given, y: np.ndarray) -> None:
+    """Raise when class labels ``given`` in an object array are numbers (``y`` is them as
+    :func:`_numbers_as_numeric` made them): scikit-learn's metrics call such a y of an
+    unknown type and refuse it, so ``score`` and every cross-validation would fail after
+    the fit (a grid search scored NaN). Scores (floats not whole) are left to the check
+    that says they are continuous."""
+    dtype = getattr(given, "dtype", None)  # numpy's, or a pandas Series' (category is not)
+    if not (isinstance(dtype, np.dtype) and dtype.kind == "O") or y.dtype.kind not in "biuf":
+        return
+    if y.dtype.kind == "f" and not np.all(np.mod(y, 1) == 0):
+        return
+    kind = "bool" if y.dtype.kind == "b" else "int"
+    raise ValueError(
+        f"y has dtype object and holds numbers (as DataFrame.to_numpy() of mixed columns "
+        "gives); scikit-learn's metrics refuse class labels of that dtype (type 'unknown'), "
+        f"so score() and cross-validation would fail after fitting. Pass y.astype({kind})."
+    )
 
 
 def _refuse_non_finite(y: np.ndarray, what: str) -> None:
