@@ -8,7 +8,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -31,6 +31,7 @@ from ._estimator.objectives import (
     resolve_objective,
     warn_untrained_objective,
 )
+from ._estimator.one_read import OneReadTransformerMixin
 from ._estimator.parameter_docs import INT8_PRECISION, document, numpydoc_entries
 from ._estimator.targets import check_class_labels, check_scores
 from ._estimator.training_settings import resolve_training_settings
@@ -206,7 +207,9 @@ n_iter_ : int
     ),
     own_attributes=_OWN_ATTRIBUTES,
 )
-class BertSentenceTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BertEstimatorBase):
+class BertSentenceTransformer(
+    ClassNamePrefixFeaturesOutMixin, OneReadTransformerMixin, BertEstimatorBase
+):
     """Sentence vectors read out of a BERT-family encoder, as a scikit-learn transformer.
 
     Every way of reading a sentence vector out of BERT studied by Choi et al. (2021) and

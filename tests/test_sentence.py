@@ -30,6 +30,16 @@ def test_shape_dtype_and_fit_returns_self(tiny_model):
     assert np.isfinite(out).all()
 
 
+def test_generators_of_texts_fit_transform_as_lists(tiny_bert):
+    # fit and transform both read X: the second read of a generator found it empty
+    est = BertSentenceTransformer(tiny_bert, device="cpu")
+    vectors = clone(est).fit_transform(t for t in TEXTS)
+    np.testing.assert_array_equal(vectors, clone(est).fit_transform(TEXTS))
+    labels = [0, 1] * (len(TEXTS) // 2)
+    pipe = make_pipeline(clone(est), LogisticRegression()).fit((t for t in TEXTS), labels)
+    np.testing.assert_array_equal(pipe.predict(TEXTS), pipe.fit(TEXTS, labels).predict(TEXTS))
+
+
 def test_vectors_match_a_direct_forward_pass(tiny_model):
     """Mean pooling of the last layer, computed by hand from the Hugging Face model."""
     est = make(tiny_model, pooling="mean").fit(TEXTS)

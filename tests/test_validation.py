@@ -61,6 +61,13 @@ def test_empty():
         check_texts([])
 
 
+def test_a_spent_generator_says_it_is_read_once():
+    texts = (t for t in ["a", "b"])
+    assert check_texts(texts)[0] == ["a", "b"]
+    with pytest.raises(ValueError, match=r"iterator with nothing left .*pass list\(X\)"):
+        check_texts(texts)
+
+
 @pytest.mark.parametrize("missing", [None, float("nan"), np.nan, pd.NA])
 def test_missing_items_name_the_position(missing):
     with pytest.raises(ValueError, match=r"X\[2\] is missing"):

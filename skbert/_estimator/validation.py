@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, MappingView, Set
+from collections.abc import Iterator, Mapping, MappingView, Set
 
 import numpy as np
 
@@ -175,6 +175,11 @@ def check_texts(X, name: str = "X"):
     _check_container(X, name)
     rows, width = _to_rows(X, name)
     if not rows:
+        if isinstance(X, Iterator):
+            raise ValueError(
+                f"{name} is an iterator with nothing left to read ({type(X).__name__}); a "
+                f"generator is read once, so pass list({name}) where it is read again."
+            )
         raise ValueError(f"{name} is empty; it must contain at least one text.")
     if width is None:
         first = [_check_item(row, f"[{i}]", name) for i, row in enumerate(rows)]
