@@ -186,6 +186,23 @@ def test_whole_word_masking_masks_words_in_every_family(family, request):
     assert any(0 < row.mean() < 1 for row in chosen)
 
 
+def test_a_head_that_reads_the_word_embeddings_too_trains(tiny_deberta, tmp_path_factory):
+    # DeBERTa-v2's head with legacy=False is lm_predictions(states, word_embeddings): called
+    # as head(states), further_pretrain raised TypeError
+    from conftest import save_tiny, write_unigram_tokenizer
+    from transformers import AutoConfig, DebertaV2Model
+
+    config = AutoConfig.from_pretrained(tiny_deberta)
+    config.legacy = False
+    folder = save_tiny(
+        tmp_path_factory, "deberta-v2-new-head", DebertaV2Model, config, write_unigram_tokenizer
+    )
+    out = pretrain(folder, tmp_path_factory.mktemp("out"), max_steps=2)
+    trained = load_backbone(out)[1].state_dict()
+    start = load_backbone(folder)[1].state_dict()
+    assert any(not torch.equal(value, start[name]) for name, value in trained.items())
+
+
 def test_windows_cover_long_texts(tiny_bert):
     from transformers import AutoTokenizer
 

@@ -297,7 +297,9 @@ class MaskedLMNetwork(nn.Module):
         """The model's masked-LM head when it is one module on the encoder output, else None.
 
         True of BERT (``cls``), ALBERT (``predictions``), RoBERTa (``lm_head``) and most
-        encoders; models whose head is several modules (DistilBERT, ELECTRA) return None.
+        encoders; models whose head is several modules (DistilBERT, ELECTRA) or whose head
+        reads more than the states (DeBERTa-v2 with ``legacy=False``: the word embeddings
+        too) return None.
         """
         base = self.model.base_model
         heads = [
@@ -305,7 +307,7 @@ class MaskedLMNetwork(nn.Module):
             for module in self.model.children()
             if module is not base and any(True for _ in module.parameters())
         ]
-        return heads[0] if len(heads) == 1 else None
+        return heads[0] if len(heads) == 1 and _reads_one_input(heads[0]) else None
 
     def forward(self, **inputs):
         """The masked-LM loss of a collated batch (``input_ids``, ``labels``, ...).
@@ -322,3 +324,14 @@ class MaskedLMNetwork(nn.Module):
         masked = labels != -100
         logits = head(states[masked])
         return nn.functional.cross_entropy(logits.float(), labels[masked])
+
+
+def _reads_one_input(module: nn.Module) -> bool:
+    """Whether ``module(states)`` is a whole call: one required positional argument."""
+    required = [
+        parameter
+        for parameter in inspect.signature(module.forward).parameters.values()
+        if parameter.default is parameter.empty
+        and parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    return len(required) == 1
