@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from scipy.special import expit
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils._param_validation import StrOptions
@@ -34,13 +35,17 @@ def _n_right(predicted, truth) -> int:
 _OWN_PARAMETERS = numpydoc_entries(
     """
 early_stopping : bool, default=False
-    Hold out ``validation_fraction`` of the data (stratified), score accuracy after each
+    Hold out ``validation_fraction`` of the data (stratified for single-label y, at random
+    for multi-label y), score accuracy (subset accuracy for multi-label y) after each
     epoch (with the code of :meth:`predict`, so the score is what :meth:`score` gives on
     those texts), stop after ``n_iter_no_change`` epochs without improvement and keep
     the best epoch's weights.
 class_weight : dict, "balanced" or None, default=None
     Weights of the classes in the loss (single-label only): a dict from label to weight,
-    or ``"balanced"`` (inversely proportional to the class frequencies).
+    or ``"balanced"`` (inversely proportional to the class frequencies). A class missing
+    from the dict weighs 1; labels that are not in y are allowed when every class of y is
+    in the dict (a cross-validation fold without a rare class), as in scikit-learn. A weight
+    of 0 leaves that class's texts out of the loss.
 warm_start : bool, default=False
     Continue training the fitted model on the next ``fit`` instead of starting anew
     (the labels, the input kind and the parameters that shape the network must be the
@@ -236,11 +241,20 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
                 "for multi-label y."
             )
         if isinstance(self.class_weight, dict):  # before any work is done
-            unknown = set(self.class_weight) - set(np.unique(y).tolist())
-            if unknown:
+            classes = np.unique(y).tolist()
+            unknown = set(self.class_weight) - set(classes)
+            unweighted = [c for c in classes if c not in self.class_weight]
+            # as compute_class_weight: labels absent from y (a cross-validation fold
+            # without a rare class) are allowed when every class of y has its weight
+            if unknown and unweighted:
                 raise ValueError(
-                    f"class_weight has labels {sorted(unknown, key=str)} that are not in y; "
-                    f"classes are {np.unique(y).tolist()}."
+                    f"class_weight has labels {sorted(unknown, key=str)} that are not in y, "
+                    f"and y's classes {unweighted} have no weight; classes are {classes}."
+                )
+            if all(self.class_weight.get(c, 1.0) == 0 for c in classes):
+                raise ValueError(
+                    f"class_weight={self.class_weight!r} gives every class of y weight 0: "
+                    "nothing to learn from."
                 )
         return y
 
@@ -256,9 +270,21 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
         if continuing:
             same = len(classes) == len(self.classes_) and np.all(classes == self.classes_)
             if multilabel != self.multilabel_ or not same:
+                new, fitted = classes.tolist(), self.classes_.tolist()
+                if multilabel != self.multilabel_:
+                    what = (
+                        f"y is {'a multi-label indicator' if multilabel else 'single-label'}"
+                        f" and the classifier was fitted on "
+                        f"{'multi-label' if self.multilabel_ else 'single-label'} y"
+                    )
+                else:
+                    added = [c for c in new if c not in fitted]
+                    missing = [c for c in fitted if c not in new]
+                    what = f"y's labels differ from the fitted classes_ ({len(fitted)})"
+                    what += f": new in y {added[:10]}" if added else ""
+                    what += f"; absent from y {missing[:10]}" if missing else ""
                 raise ValueError(
-                    f"warm_start=True but y's labels {list(classes)} differ from the fitted "
-                    f"classes_ {list(self.classes_)}; fit with warm_start=False to start anew."
+                    f"warm_start=True but {what}; fit with warm_start=False to start anew."
                 )
         if not multilabel:
             encoded = np.searchsorted(classes, y).astype(np.int64)
@@ -295,10 +321,12 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
         criterion.to(device)
 
         def loss(logits, indices):
-            value = criterion(logits.float(), target_tensor[indices].to(device))
             if weights is None:
-                return value
-            return value, float(weights[targets[indices]].sum())  # the weighted mean's divisor
+                return criterion(logits.float(), target_tensor[indices].to(device))
+            total = float(weights[targets[indices]].sum())  # the weighted mean's divisor
+            if total == 0:  # rows of classes weighted 0 only: no loss (the mean was 0 / 0)
+                return logits.float().sum() * 0.0, 0.0
+            return criterion(logits.float(), target_tensor[indices].to(device)), total
 
         return loss
 
@@ -346,7 +374,7 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
         """
         logits = self._network_outputs(X).astype(np.float64)
         if self.multilabel_:
-            return 1.0 / (1.0 + np.exp(-logits))
+            return expit(logits)  # 1 / (1 + exp(-logits)), without overflow warnings
         logits -= logits.max(axis=1, keepdims=True)
         proba = np.exp(logits)
         return proba / proba.sum(axis=1, keepdims=True)

@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from conftest import LONG_TEXT
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
@@ -190,6 +191,49 @@ def test_class_weight(tiny_bert):
     assert dict_weighted.predict_proba(X)[:, 0].mean() > plain.predict_proba(X)[:, 0].mean()
     with pytest.raises(ValueError, match="class_weight has labels \\['neutral'\\]"):
         make(tiny_bert, class_weight={"neutral": 2.0}).fit(X, y)
+
+
+def test_class_weight_of_every_class_fits_folds_without_a_rare_one(tiny_bert):
+    # as compute_class_weight: a fold without the rare class was refused
+    weights = {"pos": 1.0, "neg": 2.0, "rare": 10.0}
+    fold = make(tiny_bert, max_epochs=1, class_weight=weights).fit(X, Y)
+    plain = make(tiny_bert, max_epochs=1, class_weight={"pos": 1.0, "neg": 2.0}).fit(X, Y)
+    np.testing.assert_array_equal(fold.predict_proba(X), plain.predict_proba(X))
+    with pytest.raises(
+        ValueError, match=r"\['rare'\] that are not in y, and y's classes \['pos'\]"
+    ):
+        make(tiny_bert, class_weight={"neg": 2.0, "rare": 10.0}).fit(X, Y)
+    with pytest.raises(ValueError, match="gives every class of y weight 0"):
+        make(tiny_bert, class_weight={"neg": 0, "pos": 0.0}).fit(X, Y)
+
+
+def test_batches_of_classes_weighted_0_only_have_no_loss(tiny_bert):
+    # the weighted mean of such a batch was 0 / 0: "diverged" (loss NaN) on batch order
+    texts = np.r_[X, X + " !", X + " ?"]
+    y = np.array(["noise"] * 28 + ["pos", "neg"], dtype=object)
+    clf = make(tiny_bert, max_epochs=2, class_weight={"noise": 0.0}).fit(texts, y)
+    assert np.isfinite(clf.loss_curve_).all()
+    assert clf.predict_proba(texts).shape == (30, 3)
+
+
+def test_warm_start_names_the_labels_that_differ(tiny_bert):
+    clf = make(tiny_bert, max_epochs=1, warm_start=True).fit(X, Y)
+    y = np.where(Y == "pos", "positive", Y)
+    with pytest.raises(
+        ValueError, match=r"\(2\): new in y \['positive'\]; absent from y \['pos'\]"
+    ):
+        clf.fit(X, y)
+    with pytest.raises(ValueError, match="y is a multi-label indicator and the classifier was fit"):
+        clf.fit(X, np.array([[1, 0], [0, 1]] * 5))
+
+
+def test_multilabel_probabilities_of_extreme_logits_warn_nothing(tiny_bert):
+    clf = make(tiny_bert, max_epochs=1).fit(X, np.array([[1, 0], [0, 1]] * 5))
+    with torch.no_grad():
+        clf.network_.output_layer.bias.copy_(torch.tensor([800.0, -800.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # exp(800) overflowed: RuntimeWarning
+        np.testing.assert_array_equal(clf.predict_proba(X[:2]), [[1.0, 0.0], [1.0, 0.0]])
 
 
 def test_configuration_errors_come_before_the_model_loads(tiny_bert, monkeypatch):

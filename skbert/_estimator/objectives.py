@@ -40,7 +40,7 @@ def refuse_untrainable_top(fine_tune: str, pooling: str, objective: str, encoder
         f"fine_tune={fine_tune!r} trains the weights on top of the encoder that the vectors "
         f"pass through, and with pooling={pooling!r} there are none (objective={objective!r}"
         "'s output layer is not part of the vectors). Use fine_tune='full', or pooling='cnn' "
-        "(or chunk_pooling='attention')."
+        "or 'pooler' (or chunk_pooling='attention')."
     )
 
 

@@ -96,8 +96,9 @@ pooling : {"cls", "mean", "max", "cnn", "pooler"}, default="mean"
     state, the mean or maximum over the real (non-padding) tokens, a mask-aware CNN
     over the token states (``cnn_kernel_sizes``, ``cnn_channels``), max over time, or
     ``"pooler"``: the model's own pooler (a dense layer and tanh over the first token,
-    from the checkpoint: BERT, ALBERT, RoBERTa, MPNet; fine-tuned with the encoder), the
-    reading of transformers' sequence-classification heads and of a ``CrossEncoder``.
+    from the checkpoint: BERT, ALBERT, RoBERTa, MPNet; a copy of it trains with the
+    weights on top, at ``top_learning_rate``, with ``fine_tune="top"`` too), the reading
+    of transformers' sequence-classification heads and of a ``CrossEncoder``.
 layer : int or tuple of int, default=-1
     Which hidden state(s) to read: 0 is the embedding output, 1 the first layer, -1 the
     last. A tuple reads several, combined by ``layer_combine`` (Sun et al.'s "last four
@@ -144,8 +145,9 @@ layer_lr_decay : float, default=1.0
     embeddings ``learning_rate * xi**L`` (Sun et al.: 0.95; 1.0 = none). See
     :func:`skbert.layerwise_param_groups` for what it means for ALBERT's shared layers.
 top_learning_rate : float or None, default=1e-3
-    Learning rate of the new weights on top of the encoder (pooling weights, chunk
-    attention, output layer); None means ``learning_rate``.
+    Learning rate of the weights on top of the encoder (pooling weights, the pooler's
+    copy of ``pooling="pooler"``, chunk attention, output layer); None means
+    ``learning_rate``.
 head_learning_rate : float or None, default="deprecated"
     Deprecated spelling of ``top_learning_rate``; when given, its value is used.
 weight_decay : float, default=0.01

@@ -529,8 +529,8 @@ def check_validation_split(y: np.ndarray, validation_fraction: float, *, multila
         single = classes[counts < 2].tolist()
         raise ValueError(
             f"early_stopping=True holds out a stratified validation split (validation_fraction="
-            f"{validation_fraction!r}), so every class needs at least 2 samples, one to train on "
-            f"and one to validate; y has a single sample of {single}. Add samples of "
+            f"{validation_fraction!r}), and scikit-learn's stratified split needs at least 2 "
+            f"samples of every class; y has a single sample of {single}. Add samples of "
             f"{'that class' if len(single) == 1 else 'those classes'}, or use "
             "early_stopping=False."
         )
@@ -539,15 +539,16 @@ def check_validation_split(y: np.ndarray, validation_fraction: float, *, multila
         return
     if n_validation < n_classes:
         problem = (
-            f"{held_out}, fewer than the {n_classes} classes of y; the split is stratified "
-            "and holds at least one sample of each class"
+            f"{held_out}, fewer than the {n_classes} classes of y; scikit-learn's stratified "
+            "split holds out at least as many samples as there are classes"
         )
         fraction = _fraction_that_fits(n, n_classes, smallest=True)
         larger_or_smaller = f"a larger validation_fraction (e.g. {fraction!r}, which holds out"
     else:
         problem = (
             f"{held_out}, which leaves {n_train} to train on, fewer than the {n_classes} "
-            "classes of y; the split is stratified and trains on at least one sample of each"
+            "classes of y; scikit-learn's stratified split keeps at least as many samples as "
+            "there are classes"
         )
         fraction = _fraction_that_fits(n, n_classes, smallest=False)
         larger_or_smaller = f"a smaller validation_fraction (e.g. {fraction!r}, which holds out"

@@ -247,6 +247,8 @@ class StepLoss:
         own = loss.detach().to(torch.float64) * weight
         totals = torch.stack([own.new_tensor(weight), own])
         torch.distributed.all_reduce(_kept(totals))
+        if totals[0] == 0:  # no row of the global batch weighs anything (class weights 0)
+            return loss * 0.0, totals[1]
         objective = loss * (weight * self.share.world / totals[0]).to(loss.dtype)
         return objective, totals[1] / totals[0]
 
