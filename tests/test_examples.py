@@ -45,6 +45,19 @@ def test_choi2021_grid_runs_on_albert(tiny_albert, data_home, tmp_path, capsys):
 
 
 @pytest.mark.shared_data
+def test_choi2021_claims_compare_fine_tuned_cells_with_frozen_ones():
+    # best() took the frozen cell too: a frozen mean above both fine-tuned ones made
+    # "CNN-SBERT > SBERT (mean)" compare with the frozen mean, and the frozen with itself
+    choi = load_example("choi2021_sentence_embeddings")
+    table = {("mean", "none"): 80.0, ("mean", "sts"): 70.0, ("mean", "nli+sts"): 75.0,
+             ("cls", "none"): 60.0, ("cnn", "none"): None, ("cnn", "sts"): 78.0,
+             ("cnn", "nli+sts"): 77.0}  # fmt: skip
+    claims = {text: (holds, a, b) for text, holds, a, b in choi.check_ordering(table)}
+    assert claims["CNN-SBERT > SBERT (mean)"] == (True, 78.0, 75.0)
+    assert claims["SBERT (mean, fine-tuned) > mean (frozen)"] == (False, 75.0, 80.0)
+    assert claims["mean (frozen) > CLS (frozen)"] == (True, 80.0, 60.0)
+
+
 def test_few_shot_curve_runs(tiny_bert, data_home, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the example saves a chart: matplotlib (extra 'test')")
     example = load_example("few_shot_sun2019")
