@@ -321,13 +321,13 @@ def _metadata(estimator, plan, inputs, opset) -> dict:
         "chunk_pooling": readout.chunk_pooling if readout.chunked else None,
         "max_chunks": int(readout.max_chunks) if readout.chunked and readout.max_chunks else None,
         "tokenizer_call": call,
-        # texts: the saved tokenizer cuts single texts as skbert does, except "head+tail";
-        # pairs longer than max_length may get one token more on the second side
-        # (transformers' "longest_first") than skbert gives them (skbert.truncation)
+        # the saved tokenizer cuts texts as skbert does, except "head+tail" (its head only);
+        # pairs longer than max_length too (transformers' "longest_first" splits them as
+        # skbert.truncation.truncate_pair does), except "head+tail"
         "tokenizer_cuts_as_skbert": {
             "texts": readout.truncation != "head+tail",
             "pairs_within_max_length": not readout.chunked,
-            "longer_pairs": False,
+            "longer_pairs": not readout.chunked and readout.truncation != "head+tail",
         },
         "special_tokens": {
             "single": [list(part) for part in specials.single],

@@ -359,7 +359,8 @@ class BertSentenceTransformer(
 
         The objective follows the data (or ``objective``). Sentence pairs with float y
         (scores) train cos(u, v) to match the scores scaled to [0, 1] by the training scores'
-        minimum and maximum (STS-B's 0-5 becomes score / 5; SBERT's regression objective).
+        minimum and maximum (SBERT's regression objective; STS-B's training set spans 0-5, so
+        score / 5, but a subset or fold is scaled by its own range, and -1 becomes 0).
         Pairs with class labels (ints or strings) train a softmax on ``(u, v, |u - v|)``
         (SBERT's NLI objective). Single texts with class labels train a softmax on u.
         ``objective="contrastive"`` (asked for, never inferred) trains single texts with class

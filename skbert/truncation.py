@@ -114,8 +114,9 @@ def truncate_pair(
     """Cut a sentence pair down to ``budget`` tokens in all, longest side first.
 
     The shorter side is kept whole when it takes at most half the budget; otherwise both sides
-    get half. Each side is then cut with ``strategy`` (``head_length`` is clipped to the side's
-    share for ``"head+tail"``).
+    get half, an odd budget's last token going to the longer side (to the second on a tie), as
+    Hugging Face tokenizers' ``truncation="longest_first"`` splits it. Each side is then cut
+    with ``strategy`` (``head_length`` is clipped to the side's share for ``"head+tail"``).
 
     Parameters
     ----------
@@ -143,8 +144,10 @@ def truncate_pair(
         keep_first, keep_second = len(first), budget - len(first)
     elif len(second) <= half:
         keep_first, keep_second = budget - len(second), len(second)
-    else:
+    elif len(first) > len(second):
         keep_first, keep_second = budget - half, half
+    else:
+        keep_first, keep_second = half, budget - half
     return (
         truncate(first, keep_first, strategy, head_length),
         truncate(second, keep_second, strategy, head_length),

@@ -119,11 +119,13 @@ def test_frozen_transformer_round_trip_in_batches_of_any_shape(frozen_bert):
 def test_saved_tokenizer_gives_skbert_ids(frozen_bert):
     est, exported = frozen_bert
     assert tokenizer_ids(exported, ALL_TEXTS) == skbert_ids(est, ALL_TEXTS)
-    # pairs that fit, or whose shorter side takes at most half of max_length
-    first, second = [LONG_TEXT, "a dog", TEXTS[0]], ["the cat", LONG_TEXT, TEXTS[1]]
+    # pairs that fit, whose shorter side takes at most half of max_length, or both long (an
+    # odd budget's last token on the longer side: the first gets it here, a tie the second)
+    first = [LONG_TEXT, "a dog", TEXTS[0], LONG_TEXT, LONG_TEXT]
+    second = ["the cat", LONG_TEXT, TEXTS[1], LONG_TEXT[:-40], LONG_TEXT]
     assert tokenizer_ids(exported, first, second) == skbert_ids(est, first, second)
     assert exported.info["tokenizer_cuts_as_skbert"] == {
-        "texts": True, "pairs_within_max_length": True, "longer_pairs": False,
+        "texts": True, "pairs_within_max_length": True, "longer_pairs": True,
     }  # fmt: skip
 
 

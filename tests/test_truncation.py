@@ -55,7 +55,28 @@ def test_pair_keeps_short_side_whole():
 
 def test_pair_halves_budget_when_both_long():
     a, b = truncate_pair(list(range(20)), list(range(100, 120)), 9, "head")
-    assert len(a) + len(b) == 9 and len(a) == 5 and len(b) == 4
+    assert len(a) + len(b) == 9 and len(a) == 4 and len(b) == 5  # a tie: the second's
+    a, b = truncate_pair(list(range(20)), list(range(100, 110)), 9, "head")
+    assert len(a) == 5 and len(b) == 4  # the odd token goes to the longer side
+
+
+def test_pair_lengths_are_hugging_faces_longest_first(tiny_bert):
+    # the odd token of an odd budget went to the first side, where HF gives it to the longer
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    words = "the cat sat on the mat and the dog was not good".split()
+    for n_first in range(1, 12):
+        for n_second in range(1, 12):
+            first, second = " ".join(words[:n_first]), " ".join(words[-n_second:])
+            ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in (first, second)]
+            for max_length in range(5, 20):
+                hf = tokenizer(first, second, truncation="longest_first", max_length=max_length)
+                kept = truncate_pair(*ids, max_length - 3, "head")
+                types = hf["token_type_ids"]
+                assert [len(k) for k in kept] == [types.count(0) - 2, types.count(1) - 1]
+                cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+                assert hf["input_ids"] == [cls, *kept[0], sep, *kept[1], sep]
 
 
 def test_pair_that_fits_is_untouched():
