@@ -158,11 +158,14 @@ def text_digests(first, second=None) -> np.ndarray:
     def raw(text):
         return text.encode("utf-8", "surrogatepass")
 
+    # pairs are "4" and "5" since pairs longer than max_length are split as transformers'
+    # "longest_first" splits them (the odd token of an odd budget moved to the longer side):
+    # the rows of "2" and "3", the prefixes before, are not read as this version's
     def pair(a, b):
         a, b = raw(a), raw(b)
         if b"\x00" in a or b"\x00" in b:  # the first text's length marks where it ends
-            return b"3\x00" + len(a).to_bytes(8, "little") + a + b
-        return b"2\x00" + a + b"\x00" + b  # one NUL: where the first text ends
+            return b"5\x00" + len(a).to_bytes(8, "little") + a + b
+        return b"4\x00" + a + b"\x00" + b  # one NUL: where the first text ends
 
     if second is None:
         items = (b"1\x00" + raw(a) for a in first)
