@@ -9,7 +9,9 @@ How a parameter's depth is found:
 
 - BERT-style encoders (BERT, RoBERTa, ELECTRA, DeBERTa, DistilBERT, MiniLM, ...): the index in
   ``...layer.<i>.`` (or ``layers.<i>``, ``block.<i>``, ``h.<i>``) is layer ``i + 1``; names with
-  ``embed`` are layer 0; anything else in the encoder (a pooler) counts as the top layer.
+  ``embed`` are layer 0; anything else in the encoder (a pooler, and the relative-position
+  tables that every layer reads: DeBERTa's ``rel_embeddings`` and their norm, MPNet's
+  ``relative_attention_bias``) counts as the top layer.
 - ALBERT shares one set of layer weights among all ``L`` layers (per group, with
   ``num_hidden_groups`` > 1). A shared weight cannot have a per-layer rate: skbert gives each
   group the rate of the top layer it serves (with one group, ``learning_rate``), and the
@@ -49,16 +51,17 @@ def parameter_depths(backbone) -> dict:
     config = backbone.config
     n_layers = int(config.num_hidden_layers)
     n_groups = int(getattr(config, "num_hidden_groups", 1) or 1)
+    # ALBERT's layer i (from 0) runs group int(i / (L / G)): a group's depth is its top layer's
+    group_top = {int(i / (n_layers / n_groups)): i + 1 for i in range(n_layers)}
     depths, numbered = {}, False
     for name, _ in backbone.named_parameters():
         group = _ALBERT_GROUP.search(name)
         layer = _LAYER_INDEX.search(name)
-        if "embed" in name:
+        if "embed" in name and "rel_embeddings" not in name:
             depths[name] = 0
         elif group is not None:
             numbered = True
-            # group g serves layers g*L/G+1 ... (g+1)*L/G: take the top one
-            depths[name] = (int(group.group(1)) + 1) * n_layers // n_groups
+            depths[name] = group_top.get(int(group.group(1)), n_layers)
         elif layer is not None:
             numbered = True
             depths[name] = min(int(layer.group(1)) + 1, n_layers)

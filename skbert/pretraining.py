@@ -40,6 +40,7 @@ from ._nn.backbone import (
     DEFAULT_MODEL,
     UNTRAINED_POOLER,
     SpecialTokens,
+    copy_sentence_pipeline,
     float32_weights,
     loading_errors,
     locate_model,
@@ -268,7 +269,11 @@ def further_pretrain(
     pre-training (IDPT) texts of the same domain. The saved directory is a standard Hugging Face
     checkpoint (the masked-LM model and the tokenizer): pass it as ``model=`` to
     :class:`~skbert.BertTextClassifier` or :class:`~skbert.BertSentenceTransformer`, or load
-    it with ``AutoModel`` / ``AutoModelForMaskedLM``.
+    it with ``AutoModel`` / ``AutoModelForMaskedLM`` (which reports the encoder's pooler,
+    kept for ``pooling="pooler"``, as an unexpected weight). A sentence-transformers
+    ``model``'s pipeline description (``modules.json``, its pooling and ``Normalize``) is
+    copied beside it, so ``normalize="auto"`` and sentence-transformers read the checkpoint
+    as they read ``model`` (all-MiniLM-L6-v2's vectors stay unit length).
 
     Parameters
     ----------
@@ -370,6 +375,10 @@ def further_pretrain(
         with quiet_loading():
             mlm.save_pretrained(output_dir, state_dict=state)
             tokenizer.save_pretrained(output_dir)
+        source = model
+        while (fitted := fitted_encoder_source(source)) is not None:
+            source = fitted.model  # the checkpoint a fitted estimator was fitted from
+        copy_sentence_pipeline(source, output_dir)  # its pooling and Normalize, if any
     barrier()
     return output_dir
 

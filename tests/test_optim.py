@@ -74,6 +74,33 @@ def test_albert_shared_layer_gets_top_rate_and_embeddings_decay(tiny_albert):
     assert rates[("layer 2", True)] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("n_layers, n_groups", [(5, 2), (6, 4), (7, 3), (4, 4), (6, 1)])
+def test_albert_groups_take_the_top_layer_they_run(n_layers, n_groups):
+    # (g + 1) * L // G put group 0 of 5 layers in 2 at depth 2; it runs layers 1 to 3
+    from transformers import AlbertConfig, AlbertModel
+
+    config = AlbertConfig(
+        vocab_size=31, hidden_size=16, num_hidden_layers=n_layers, num_hidden_groups=n_groups,
+        num_attention_heads=2, intermediate_size=32, embedding_size=8,
+    )  # fmt: skip
+    depths = parameter_depths(AlbertModel(config))
+    runs = {}  # transformers' AlbertTransformer: layer i runs group int(i / (L / G))
+    for i in range(n_layers):
+        runs.setdefault(int(i / (n_layers / n_groups)), []).append(i + 1)
+    for group, layers in runs.items():
+        name = f"encoder.albert_layer_groups.{group}.albert_layers.0.ffn.weight"
+        assert depths[name] == max(layers)
+
+
+def test_shared_relative_position_tables_count_as_the_top_layer(tiny_deberta, tiny_mpnet):
+    # DeBERTa's rel_embeddings were at depth 0 (they name "embed") and their norm at the top
+    deberta = parameter_depths(load_backbone(tiny_deberta)[1])
+    assert deberta["encoder.rel_embeddings.weight"] == deberta["encoder.LayerNorm.weight"] == 2
+    assert deberta["embeddings.word_embeddings.weight"] == 0
+    mpnet = parameter_depths(load_backbone(tiny_mpnet)[1])
+    assert mpnet["encoder.relative_attention_bias.weight"] == 2
+
+
 def test_unnumbered_encoder_warns_instead_of_ignoring():
     class Config:
         num_hidden_layers = 3

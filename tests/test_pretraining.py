@@ -203,6 +203,37 @@ def test_a_head_that_reads_the_word_embeddings_too_trains(tiny_deberta, tmp_path
     assert any(not torch.equal(value, start[name]) for name, value in trained.items())
 
 
+def test_a_sentence_transformers_pipeline_is_kept_with_the_weights(tiny_bert, tmp_path):
+    # the checkpoint of a normalising model (all-MiniLM-L6-v2) came back unnormalised
+    import json
+    import shutil
+
+    source = tmp_path / "st-model"
+    shutil.copytree(tiny_bert, source)
+    (source / "1_Pooling").mkdir()
+    (source / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    (source / "2_Normalize").mkdir()
+    kinds = [
+        ("0_Transformer", "Transformer"),
+        ("1_Pooling", "Pooling"),
+        ("2_Normalize", "Normalize"),
+    ]
+    modules = [
+        {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+        for i, (path, kind) in enumerate(kinds)
+    ]
+    (source / "modules.json").write_text(json.dumps(modules))
+    fitted = BertSentenceTransformer(str(source), device="cpu").fit(TEXTS)
+    for model in (str(source), fitted):
+        out = pretrain(model, tmp_path / f"out-{type(model).__name__}", max_steps=1)
+        written = json.loads((tmp_path / out / "modules.json").read_text())
+        assert [m["path"] for m in written] == ["", "1_Pooling", "2_Normalize"]  # weights: root
+        assert (tmp_path / out / "1_Pooling" / "config.json").is_file()
+        assert BertSentenceTransformer(out, device="cpu").fit(TEXTS).normalize_ is True
+    plain = pretrain(tiny_bert, tmp_path / "plain", max_steps=1)
+    assert not (tmp_path / plain / "modules.json").exists()
+
+
 def test_windows_cover_long_texts(tiny_bert):
     from transformers import AutoTokenizer
 

@@ -10,6 +10,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import warnings
 from dataclasses import dataclass
 
@@ -255,6 +256,52 @@ def checkpoint_normalizes(model: str) -> bool:
         return False
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
     return "Normalize" in kinds
+
+
+def copy_sentence_pipeline(model: str, output_dir) -> bool:
+    """Copy ``model``'s sentence-transformers pipeline description into ``output_dir``, a
+    checkpoint of the same encoder with other weights.
+
+    That is ``modules.json``, the folders of its modules but the encoder's (the pooling and
+    ``Normalize`` configurations) and ``sentence_bert_config.json`` /
+    ``config_sentence_transformers.json``: so that :func:`checkpoint_normalizes` (``normalize=
+    "auto"``) and sentence-transformers read ``output_dir`` as they read ``model``.
+
+    Parameters
+    ----------
+    model : str
+        A hub id or a local directory, as the estimators' ``model`` parameter.
+    output_dir : str or os.PathLike
+        The checkpoint folder, written already.
+
+    Returns
+    -------
+    bool
+        Whether ``model`` had such a description (False when none can be found locally).
+    """
+    directory = local_directory(model)
+    path = None if directory is None else os.path.join(directory, "modules.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            modules = json.load(handle)
+    except (TypeError, OSError, ValueError):
+        return False
+    if not (isinstance(modules, list) and modules and all(isinstance(m, dict) for m in modules)):
+        return False
+    # the first module is the encoder: its weights are the checkpoint's own, at its root
+    # (older pipelines kept them in a folder such as 0_Transformer, not to be copied)
+    written = [{**modules[0], "path": ""}, *modules[1:]]
+    with open(os.path.join(output_dir, "modules.json"), "w", encoding="utf-8") as handle:
+        json.dump(written, handle, indent=2)
+    for name in ("sentence_bert_config.json", "config_sentence_transformers.json"):
+        if os.path.isfile(os.path.join(directory, name)):
+            shutil.copy2(os.path.join(directory, name), os.path.join(output_dir, name))
+    for module in modules[1:]:
+        folder = module.get("path")
+        if folder and os.path.isdir(os.path.join(directory, folder)):
+            target = os.path.join(output_dir, folder)
+            shutil.copytree(os.path.join(directory, folder), target, dirs_exist_ok=True)
+    return True
 
 
 @contextlib.contextmanager
