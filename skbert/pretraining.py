@@ -219,7 +219,7 @@ def _word_spans(text: str, spans) -> list:
 
 # The constraints of the parameters that further_pretrain and within_task_pretrain share.
 _MASKED_LM_CONSTRAINTS = {
-    "model": [str, HasMethods(["save_pretrained", "get_params"])],
+    "model": [str, os.PathLike, HasMethods(["save_pretrained", "get_params"])],
     "mlm_probability": [Interval(Real, 0, 1, closed="neither")],
     "batch_size": [Interval(Integral, 1, None, closed="left")],
     "learning_rate": [Interval(Real, 0, 1, closed="right")],
@@ -283,7 +283,7 @@ def further_pretrain(
         windows, all of which are trained on.
     output_dir : str or os.PathLike
         Directory to write the checkpoint to (created if missing).
-    model : str or fitted skbert estimator, default="sentence-transformers/all-MiniLM-L6-v2"
+    model : str, path or fitted skbert estimator, default="sentence-transformers/all-MiniLM-L6-v2"
         Hub id, local directory, or a fitted estimator (its fine-tuned encoder). Any
         architecture with a masked-LM head in ``transformers`` (BERT, ALBERT, RoBERTa, ...).
     mlm_probability : float, default=0.15

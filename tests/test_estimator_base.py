@@ -159,3 +159,28 @@ def test_skbert_estimators_are_base_subclasses():
     for cls in (skbert.BertSentenceTransformer, skbert.BertTextClassifier):
         assert issubclass(cls, BertEstimatorBase)
         assert cls in REGISTERED
+
+
+@pytest.mark.parametrize("name", ["BertSentenceTransformer", "BertTextClassifier"])
+def test_model_may_be_a_path_object(tiny_bert, name, tmp_path):
+    # refused by the parameter check (str only) though checkpoint_dir and memory take paths
+    from pathlib import Path
+
+    cls = getattr(skbert, name)
+    y = [0, 1] * (len(TEXTS) // 2)
+    path_fit = cls(Path(tiny_bert), device="cpu", random_state=0, max_epochs=1)
+    str_fit = clone(path_fit).set_params(model=tiny_bert)
+    path_fit.fit(TEXTS, y)
+    np.testing.assert_array_equal(
+        path_fit.transform(TEXTS) if name.endswith("Transformer") else path_fit.predict(TEXTS),
+        (str_fit.fit(TEXTS, y).transform if name.endswith("Transformer") else
+         str_fit.fit(TEXTS, y).predict)(TEXTS),
+    )  # fmt: skip
+    path_fit.save(tmp_path / "saved")
+    assert skbert.load(tmp_path / "saved").get_params()["model"] == Path(tiny_bert)
+
+
+def test_a_class_as_model_says_to_pass_a_fitted_instance(tiny_bert):
+    est = skbert.BertTextClassifier(skbert.BertSentenceTransformer, device="cpu")
+    with pytest.raises(ValueError, match="model=BertSentenceTransformer is a class; pass a fitted"):
+        est.fit(TEXTS, [0, 1] * (len(TEXTS) // 2))

@@ -61,6 +61,13 @@ def test_empty():
         check_texts([])
 
 
+def test_a_sparse_matrix_is_named_as_such():
+    from scipy import sparse
+
+    with pytest.raises(TypeError, match=r"X is a sparse matrix of float64 .*take the texts"):
+        check_texts(sparse.csr_matrix(np.eye(3)))
+
+
 def test_a_spent_generator_says_it_is_read_once():
     texts = (t for t in ["a", "b"])
     assert check_texts(texts)[0] == ["a", "b"]

@@ -88,7 +88,7 @@ class BertEstimatorBase(BaseEstimator):
         register_estimator(cls)
 
     _parameter_constraints: dict = {
-        "model": [str, HasMethods(["save_pretrained", "get_params"])],
+        "model": [str, os.PathLike, HasMethods(["save_pretrained", "get_params"])],
         "pooling": [StrOptions(set(TOKEN_POOLINGS))],
         "layer": [Integral, tuple, list],  # ranges are checked against the model in fit
         "layer_combine": [StrOptions({"concat", "mean", "max"})],
@@ -203,8 +203,8 @@ class BertEstimatorBase(BaseEstimator):
         """``model`` as recorded by ``fit``: the name or folder, or the fitted estimator it
         was taken from: its kind, its own ``model`` and a digest of its encoder's weights (so
         that another fitted estimator is another model, and a pickled copy the same one)."""
-        if isinstance(self.model, str):
-            return self.model
+        if isinstance(self.model, (str, os.PathLike)):
+            return os.fspath(self.model)
         fitted = fitted_encoder_source(self.model)
         weights = weights_fingerprint(fitted.fitted_network().backbone)
         return f"a fitted {type(fitted).__name__} of {fitted._fitted_model} (encoder {weights})"

