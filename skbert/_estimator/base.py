@@ -156,7 +156,7 @@ class BertEstimatorBase(BaseEstimator):
         else:
             self._forget(*[k for k in vars(self) if k.endswith("_") and not k.startswith("_")])
             self._forget(*self._PRIVATE_FITTED)
-        warn_renamed(self.get_params(deep=False), stacklevel=3)  # the caller of _fit
+        warn_renamed(self.get_params(deep=False), stacklevel=user_stacklevel())  # user's fit
 
     @contextlib.contextmanager
     def _atomic_fit(self):
