@@ -322,7 +322,7 @@ def _metadata(estimator, plan, inputs, opset) -> dict:
         "max_chunks": int(readout.max_chunks) if readout.chunked and readout.max_chunks else None,
         "tokenizer_call": call,
         # the saved tokenizer cuts texts as skbert does, except "head+tail" (its head only);
-        # pairs longer than max_length too (transformers' "longest_first" splits them as
+        # pairs longer than max_length too (a fast tokenizer's "longest_first" splits them as
         # skbert.truncation.truncate_pair does), except "head+tail"
         "tokenizer_cuts_as_skbert": {
             "texts": readout.truncation != "head+tail",

@@ -378,7 +378,10 @@ def further_pretrain(
         source = model
         while (fitted := fitted_encoder_source(source)) is not None:
             source = fitted.model  # the checkpoint a fitted estimator was fitted from
-        copy_sentence_pipeline(source, output_dir)  # its pooling and Normalize, if any
+        if not copy_sentence_pipeline(source, output_dir):  # its pooling and Normalize
+            stale = os.path.join(output_dir, "modules.json")  # of what was written there before
+            if os.path.isfile(stale):
+                os.remove(stale)
     barrier()
     return output_dir
 

@@ -317,7 +317,12 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
         return np.arange(n_validation if share.writer else 0)
 
     def _held_out_score(self, outputs, rows, y, targets):
-        return r2_score(y[rows], self._in_units(outputs)), 1
+        if np.all((self.target_scale_ > 1e-100) & (self.target_scale_ < 1e100)):
+            return r2_score(y[rows], self._in_units(outputs)), 1  # what score() gives
+        # squares of targets past about 1e154 overflow (R^2 NaN: "diverged") and under 1e-154
+        # vanish (R^2 1.0 always); R^2 does not change with the standardisation
+        standardised = outputs.astype(np.float64)
+        return r2_score(targets[rows].astype(np.float64), standardised.reshape(len(rows), -1)), 1
 
     # ------------------------------------------------------------------ predict
     def _in_units(self, outputs):

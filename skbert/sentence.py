@@ -433,6 +433,7 @@ class BertSentenceTransformer(
                 len(first),
                 allow_multilabel=objective == "contrastive",
                 estimator="BertSentenceTransformer",
+                scored=False,  # a transformer: its labels only train
             )
         # warm_start keeps the fitted encoder; the output layer (and its classes or score
         # range) only when the objective is the same: NLI then STS-B is two fits.

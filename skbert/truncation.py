@@ -115,8 +115,9 @@ def truncate_pair(
 
     The shorter side is kept whole when it takes at most half the budget; otherwise both sides
     get half, an odd budget's last token going to the longer side (to the second on a tie), as
-    Hugging Face tokenizers' ``truncation="longest_first"`` splits it. Each side is then cut
-    with ``strategy`` (``head_length`` is clipped to the side's share for ``"head+tail"``).
+    the fast (Rust) tokenizers' ``truncation="longest_first"`` splits it (skbert loads those).
+    Each side is then cut with ``strategy`` (``head_length`` is clipped to the side's share for
+    ``"head+tail"``).
 
     Parameters
     ----------

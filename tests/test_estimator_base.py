@@ -184,3 +184,11 @@ def test_a_class_as_model_says_to_pass_a_fitted_instance(tiny_bert):
     est = skbert.BertTextClassifier(skbert.BertSentenceTransformer, device="cpu")
     with pytest.raises(ValueError, match="model=BertSentenceTransformer is a class; pass a fitted"):
         est.fit(TEXTS, [0, 1] * (len(TEXTS) // 2))
+
+
+def test_a_path_object_to_no_folder_says_what_is_missing(tmp_path):
+    from pathlib import Path
+
+    est = skbert.BertSentenceTransformer(Path(tmp_path / "nothing"), device="cpu")
+    with pytest.raises(OSError, match=r"no such directory"):  # was AttributeError: startswith
+        est.fit(TEXTS)

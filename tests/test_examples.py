@@ -44,7 +44,6 @@ def test_choi2021_grid_runs_on_albert(tiny_albert, data_home, tmp_path, capsys):
     assert chart.stat().st_size > 10_000
 
 
-@pytest.mark.shared_data
 def test_choi2021_claims_compare_fine_tuned_cells_with_frozen_ones():
     # best() took the frozen cell too: a frozen mean above both fine-tuned ones made
     # "CNN-SBERT > SBERT (mean)" compare with the frozen mean, and the frozen with itself
@@ -58,6 +57,7 @@ def test_choi2021_claims_compare_fine_tuned_cells_with_frozen_ones():
     assert claims["mean (frozen) > CLS (frozen)"] == (True, 80.0, 60.0)
 
 
+@pytest.mark.shared_data
 def test_few_shot_curve_runs(tiny_bert, data_home, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the example saves a chart: matplotlib (extra 'test')")
     example = load_example("few_shot_sun2019")

@@ -232,6 +232,16 @@ def test_a_sentence_transformers_pipeline_is_kept_with_the_weights(tiny_bert, tm
         assert BertSentenceTransformer(out, device="cpu").fit(TEXTS).normalize_ is True
     plain = pretrain(tiny_bert, tmp_path / "plain", max_steps=1)
     assert not (tmp_path / plain / "modules.json").exists()
+    # a folder written before keeps no pipeline of another model
+    again = pretrain(tiny_bert, tmp_path / "out-str", max_steps=1)
+    assert not (tmp_path / again / "modules.json").exists()
+    # a fitted estimator whose source folder is gone (unpickled elsewhere): no pipeline to
+    # copy, no error (its lookup raised OSError after training, the weights written)
+    gone = tmp_path / "gone"
+    shutil.copytree(tiny_bert, gone)
+    orphan = BertSentenceTransformer(str(gone), device="cpu").fit(TEXTS)
+    shutil.rmtree(gone)
+    assert pretrain(orphan, tmp_path / "orphan", max_steps=1) == str(tmp_path / "orphan")
 
 
 def test_windows_cover_long_texts(tiny_bert):

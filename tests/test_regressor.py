@@ -64,6 +64,11 @@ def test_targets_past_the_squares_range_of_float64_learn_alike(tiny_bert, scale)
     assert extreme.target_scale_ == pytest.approx(scale * small.target_scale_, rel=1e-12)
     np.testing.assert_allclose(extreme.loss_curve_, small.loss_curve_, rtol=1e-5)
     np.testing.assert_allclose(extreme.predict(X), scale * small.predict(X), rtol=1e-9)
+    # early stopping's R^2 squared the targets: NaN ("diverged") at 1e160, 1.0 at 1e-170
+    stopping = {"max_epochs": 3, "early_stopping": True, "validation_fraction": 0.3}
+    small = make(tiny_bert, **stopping).fit(X, Y)
+    extreme = make(tiny_bert, **stopping).fit(X, scale * Y)
+    np.testing.assert_allclose(extreme.validation_scores_, small.validation_scores_, rtol=1e-5)
 
 
 def test_decimal_targets_train_as_their_floats(tiny_bert):
@@ -74,12 +79,16 @@ def test_decimal_targets_train_as_their_floats(tiny_bert):
     np.testing.assert_array_equal(decimals.predict(X), floats.predict(X))
 
 
-def test_early_stopping_refuses_held_out_targets_of_one_value(tiny_bert):
+def test_early_stopping_refuses_held_out_targets_of_one_value(tiny_bert, monkeypatch):
     two_values = np.where(Y > 2.5, 4.0, 1.0)
     params = {"max_epochs": 2, "early_stopping": True, "validation_fraction": 0.2}
     # seed 0 holds out two texts rated 1.0 (R^2 0 at every epoch: it stopped silently)
+    loads = []
+    monkeypatch.setattr(BertTextRegressor, "_build_encoder", lambda *a, **k: loads.append(1))
     with pytest.raises(ValueError, match=r"held out 2 samples .* whose targets are all \[1.0\]"):
         make(tiny_bert, random_state=0, **params).fit(X, two_values)
+    assert not loads  # refused before the encoder loads (and mlm_steps train it)
+    monkeypatch.undo()
     assert make(tiny_bert, random_state=1, **params).fit(X, two_values).n_iter_ == 2
     # one constant output of two still ranks the epochs by the other
     both = np.c_[two_values, Y]

@@ -169,6 +169,15 @@ def test_numbers_in_object_arrays_are_read_as_numbers():
     )  # past int64
 
 
+def test_a_transformer_reads_object_numbers_as_labels(tiny_bert):
+    # its labels only train (no score()): refusing them, as the classifier does, broke fits
+    y = np.array([1, 0, 2, 1, 0, 2], dtype=object)
+    read, _ = check_class_labels(y, 6, allow_multilabel=False, estimator="E", scored=False)
+    assert read.dtype == np.int64
+    est = BertSentenceTransformer(tiny_bert, fine_tune="full", objective="softmax", **FAST)
+    assert est.fit(TEXTS, y).classes_.tolist() == [0, 1, 2]
+
+
 def test_sentence_pairs_with_object_scores_train_the_cosine_objective(tiny_bert):
     X = np.array(PAIRS, dtype=object)
     y = np.array([4.2, 1.0, 3.5, 0.4, 2.8, 5.0], dtype=object)

@@ -131,9 +131,8 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
         self.pairs_ = second is not None
         checkpoint = self._checkpoint(first, second, targets, **self._checkpoint_task())
         seed = self._fit_seed(checkpoint)
-        network = self._network(first, second, seed, continuing)
         train_idx, val_idx = np.arange(len(first)), None
-        if self.early_stopping:
+        if self.early_stopping:  # before the encoder loads: the split's check fails fast
             train_idx, val_idx = train_test_split(
                 train_idx,
                 test_size=self.validation_fraction,
@@ -141,6 +140,7 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
                 random_state=seed,
             )
             self._check_held_out(y, val_idx)
+        network = self._network(first, second, seed, continuing)
         device, dtype = self._device_and_dtype(trained=network)
         predict_dtype = resolve_precision(self.precision, device)  # that of predict and score
         encoded = self._encode(first, second)

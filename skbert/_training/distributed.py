@@ -247,10 +247,11 @@ class StepLoss:
         own = loss.detach().to(torch.float64) * weight
         totals = torch.stack([own.new_tensor(weight), own])
         torch.distributed.all_reduce(_kept(totals))
-        if totals[0] == 0:  # no row of the global batch weighs anything (class weights 0)
-            return loss * 0.0, totals[1]
-        objective = loss * (weight * self.share.world / totals[0]).to(loss.dtype)
-        return objective, totals[1] / totals[0]
+        # no branch on the total (the host would wait for the reduction at every step): a
+        # global batch of rows weighted 0 only (class weights of 0) scales to 0, its loss 0
+        total = totals[0].clamp_min(torch.finfo(totals.dtype).tiny)
+        objective = loss * (weight * self.share.world / total).to(loss.dtype)
+        return objective, totals[1] / total
 
     def close(self) -> None:
         """Drop the DDP wrapper (and its gradient hooks on the network's parameters)."""
