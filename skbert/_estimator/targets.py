@@ -391,14 +391,18 @@ def check_regression_targets(y, n_samples: int, *, estimator: str) -> np.ndarray
     columns = y.reshape(len(y), -1)
     constant = np.flatnonzero(columns.min(axis=0) == columns.max(axis=0))
     if len(constant):
-        which = "y" if y.ndim == 1 else f"y[:, {int(constant[0])}]"
         raise ValueError(
-            f"{which} holds one value ({float(columns[0, constant[0]])!r}) for every sample; "
-            f"{estimator} learns from differences between targets, so each output needs at "
-            "least two distinct values."
+            f"{_output(y, constant[0])} holds one value ({float(columns[0, constant[0]])!r}) "
+            f"for every sample; {estimator} learns from differences between targets, so each "
+            "output needs at least two distinct values."
         )
     standardisation(y)  # raises for a spread float64 cannot hold
     return y
+
+
+def _output(y: np.ndarray, column) -> str:
+    """How the messages name output ``column`` of ``y``: ``y`` itself when it is 1-D."""
+    return "y" if y.ndim == 1 else f"y[:, {int(column)}]"
 
 
 def standardisation(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -425,9 +429,8 @@ def standardisation(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         scale = np.where(plain, columns.std(axis=0), reach * (deviations / reach).std(axis=0))
     bad = np.flatnonzero(~(np.isfinite(scale) & (scale > 0)) | ~np.isfinite(mean))
     if len(bad):
-        which = "y" if y.ndim == 1 else f"y[:, {int(bad[0])}]"
         raise ValueError(
-            f"{which} spans {float(columns[:, bad[0]].min())!r} to "
+            f"{_output(y, bad[0])} spans {float(columns[:, bad[0]].min())!r} to "
             f"{float(columns[:, bad[0]].max())!r}: its standard deviation is not a positive "
             "float64, so the targets cannot be standardised; rescale y (for example with "
             "sklearn.compose.TransformedTargetRegressor)."
