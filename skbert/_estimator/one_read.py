@@ -16,8 +16,9 @@ class OneReadTransformerMixin(TransformerMixin):
     step does on ``Pipeline.fit(generator, y)``."""
 
     def fit_transform(self, X, y=None, **fit_params):
-        """Fit to ``X`` (and ``y``), then return its vectors: ``fit(X, y, **fit_params)``
-        and ``transform(X)``, with ``X`` read once.
+        """Fit to ``X`` (and ``y``), then return its vectors, reading ``X`` once.
+
+        As ``fit(X, y, **fit_params).transform(X)``, but a generator ``X`` is read once.
 
         Parameters
         ----------
