@@ -183,12 +183,28 @@ def sts_pearson_scorer(estimator, X, y) -> float:
 def _correlation(measure, estimator, X, y) -> float:
     """``measure`` (Spearman's or Pearson's) of ``estimator.predict(X)`` with ``y``; for
     several outputs, the mean over the outputs (as ``r2_score`` averages)."""
+    from sklearn.exceptions import UndefinedMetricWarning
+
+    from ._core.messages import user_stacklevel
+    from ._estimator.targets import refuse_non_finite
+
     predicted = np.asarray(estimator.predict(X), dtype=np.float64)
     gold = np.asarray(y, dtype=np.float64)
+    if {predicted.shape, gold.shape} == {(len(gold),), (len(gold), 1)}:
+        predicted, gold = predicted.ravel(), gold.ravel()  # one output: (n,) and (n, 1) alike
     if predicted.shape != gold.shape:
         raise ValueError(
             f"y has shape {gold.shape} and the predictions {predicted.shape}; they must match."
         )
+    refuse_non_finite(gold, "gold values")  # a NaN gave a NaN score, silently
+    if len(gold) < 2:
+        warnings.warn(
+            f"a correlation is not defined for {len(gold)} sample; it needs at least 2. "
+            "Returning nan.",
+            UndefinedMetricWarning,
+            stacklevel=user_stacklevel(),
+        )
+        return float("nan")
     if predicted.ndim == 1:
         return float(measure(predicted, gold).statistic)
     columns = range(predicted.shape[1])
@@ -217,7 +233,13 @@ def spearman_scorer(estimator, X, y) -> float:
     -------
     float
         The Spearman correlation, between -1 and 1 (higher is better); NaN for constant
-        predictions.
+        predictions, and (with an ``UndefinedMetricWarning``) for a single sample.
+
+    Raises
+    ------
+    ValueError
+        When ``y`` holds a NaN or infinite value (its position is named), or its shape is
+        not the predictions' (but ``(n,)`` and ``(n, 1)``, read alike).
 
     See Also
     --------
@@ -251,7 +273,13 @@ def pearson_scorer(estimator, X, y) -> float:
     -------
     float
         The Pearson correlation, between -1 and 1 (higher is better); NaN for constant
-        predictions.
+        predictions, and (with an ``UndefinedMetricWarning``) for a single sample.
+
+    Raises
+    ------
+    ValueError
+        When ``y`` holds a NaN or infinite value (its position is named), or its shape is
+        not the predictions' (but ``(n,)`` and ``(n, 1)``, read alike).
 
     See Also
     --------

@@ -288,6 +288,25 @@ def test_correlation_scorers_average_outputs_and_check_shapes(tiny_bert):
         spearman_scorer(reg, X, Y)
 
 
+@pytest.mark.parametrize("scorer", [spearman_scorer, pearson_scorer])
+def test_correlation_scorers_check_y_as_r2_does(scorer):
+    from sklearn.exceptions import UndefinedMetricWarning
+    from sklearn.linear_model import Ridge
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(20, 3))
+    gold = features @ [1.0, -2.0, 0.5] + rng.normal(scale=0.1, size=20)
+    ridge = Ridge().fit(features, gold)
+    # a one-column y against (n,) predictions, as r2 takes it (it gave NaN in cross_val_score)
+    assert scorer(ridge, features, gold[:, None]) == scorer(ridge, features, gold)
+    # a NaN gold value gave a NaN score without a word
+    with pytest.raises(ValueError, match=r"y\[3\] is nan; gold values must be finite"):
+        scorer(ridge, features, np.r_[gold[:3], np.nan, gold[4:]])
+    # one sample: nan with the warning of the STS scorers (pearson raised scipy's ValueError)
+    with pytest.warns(UndefinedMetricWarning, match="not defined for 1 sample"):
+        assert np.isnan(scorer(ridge, features[:1], gold[:1]))
+
+
 @pytest.mark.real_model
 @pytest.mark.shared_data
 def test_cross_encoder_learns_sts_on_minilm(packaged_model, data_home):

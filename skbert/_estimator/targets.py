@@ -30,6 +30,7 @@ __all__ = [
     "check_scores",
     "check_validation_split",
     "holds_scores",
+    "refuse_non_finite",
 ]
 
 _MULTILABEL_SHAPES = (
@@ -308,7 +309,7 @@ def _refuse_object_numbers(given, y: np.ndarray) -> None:
     )
 
 
-def _refuse_non_finite(y: np.ndarray, what: str) -> None:
+def refuse_non_finite(y: np.ndarray, what: str) -> None:
     """Raise for the first NaN or infinite value of float ``y``, naming its position."""
     bad = np.flatnonzero(~np.isfinite(y.ravel()))
     if len(bad):
@@ -353,7 +354,7 @@ def _finite_scores(y, n_samples: int, what: str) -> np.ndarray:
         raise ValueError(f"{what} y must be 1-D; got shape {y.shape}.")
     _refuse_non_reals(y, f"{what} are numbers")
     y = y.astype(np.float64)
-    _refuse_non_finite(y, what)
+    refuse_non_finite(y, what)
     return y
 
 
@@ -387,7 +388,7 @@ def check_regression_targets(y, n_samples: int, *, estimator: str) -> np.ndarray
         y, f"{estimator} learns real-valued targets (class labels train BertTextClassifier)"
     )
     y = y.astype(np.float64)
-    _refuse_non_finite(y, "regression targets")
+    refuse_non_finite(y, "regression targets")
     columns = y.reshape(len(y), -1)
     constant = np.flatnonzero(columns.min(axis=0) == columns.max(axis=0))
     if len(constant):
