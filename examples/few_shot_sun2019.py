@@ -170,8 +170,11 @@ def main(argv=None):
     X_dev, y_dev = load_sst2("dev", data_home=args.data_home, return_X_y=True)
     X_dev, y_dev = X_dev[: args.dev], y_dev[: args.dev]
     order = np.random.RandomState(0).permutation(len(X_all))
-    n_pool = max(args.sizes)
-    labelled = order[:n_pool]  # labelled draws come from here
+    # labelled draws come from here: the first 2,000 (the largest default size) whatever sizes
+    # run, so a size's draws do not depend on the others (with --sizes 16,64 the pool was 64
+    # sentences and the three "draws" of 64 were one set) and separate runs' curves merge
+    n_pool = max(2000, *args.sizes)
+    labelled = order[:n_pool]
     unlabelled = order[n_pool : n_pool + args.unlabelled]  # ITPT texts; labels never read
     X_pool, y_pool = X_all[labelled], y_all[labelled]
     model = {"model": args.model} if args.model else {}

@@ -41,7 +41,9 @@ the script prints them; the script was not run again for this page:
 """
 # sphinx_gallery_thumbnail_path = "_static/thumb_long_texts_sun2019.png"
 
+import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -49,6 +51,11 @@ import numpy as np
 
 from skbert import BertTextClassifier
 from skbert.datasets import load_imdb_sample
+
+# it takes no options: --help says what it runs, and a mistyped option is no full run
+parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+if (unknown := parser.parse_known_args()[1]) and "sphinx_gallery" not in sys.modules:
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # (its own argv there)
 
 data_home = os.environ.get("SKBERT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
 X_train, y_train = load_imdb_sample("train", data_home=data_home, return_X_y=True)

@@ -30,7 +30,9 @@ Measured here (2 CPU cores; the thumbnail plots the last layer's row):
 """
 # sphinx_gallery_thumbnail_path = "_static/thumb_stsb_zero_shot.png"
 
+import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +40,11 @@ from pathlib import Path
 from skbert import BertSentenceTransformer
 from skbert.datasets import load_stsb
 from skbert.metrics import cosine_spearman
+
+# it takes no options: --help says what it runs, and a mistyped option is no full run
+parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+if (unknown := parser.parse_known_args()[1]) and "sphinx_gallery" not in sys.modules:
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # (its own argv there)
 
 data_home = os.environ.get("SKBERT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")
 X, y = load_stsb("test", data_home=data_home, return_X_y=True)
