@@ -42,7 +42,7 @@ from skbert.datasets import load_stsb
 from skbert.metrics import cosine_spearman
 
 # it takes no options: --help says what it runs, and a mistyped option is no full run
-parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+parser = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
 if (unknown := parser.parse_known_args()[1]) and "sphinx_gallery" not in sys.modules:
     parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # (its own argv there)
 
