@@ -61,6 +61,18 @@ def test_empty():
         check_texts([])
 
 
+def test_pandas_rows_are_named_by_their_index_label_too():
+    # "X[5] is missing" named a position; s[5] is a KeyError for a Series indexed 100...
+    series = pd.Series(["a", "b", None], index=[100, 101, 102])
+    with pytest.raises(ValueError, match=r"^X\[2\] \(index label 102\) is missing \(nan\)"):
+        check_texts(series)
+    frame = pd.DataFrame({"s1": ["x", "y"], "s2": ["z", 3]}, index=["r1", "r2"])
+    with pytest.raises(TypeError, match=r"^X\[1, 1\] \(index label 'r2'\) is an int \(3\)"):
+        check_texts(frame)
+    with pytest.raises(ValueError, match=r"^X\[2\] is missing"):  # labels 0 ... n-1: no label
+        check_texts(pd.Series(["a", "b", None]))
+
+
 def test_a_sparse_matrix_is_named_as_such():
     from scipy import sparse
 

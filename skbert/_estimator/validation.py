@@ -29,9 +29,27 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
-def _check_item(value, where: str, name: str, hint: str = "") -> str:
+def _index_labels(X):
+    """The pandas index of ``X``'s rows when its labels are not their positions, else None
+    (the messages then name the label beside the position: ``X[5] (index label 105)``)."""
+    index = getattr(X, "index", None) if hasattr(X, "iloc") else None
+    if index is None:
+        return None
+    values = index.to_numpy()
+    if values.dtype.kind in "iu" and np.array_equal(values, np.arange(len(values))):
+        return None  # a default RangeIndex, or labels 0 ... n-1
+    return index
+
+
+def _check_item(value, position, name: str, hint: str = "", labels=None) -> str:
+    """``value`` if it is a str, else an error naming ``name[position]`` (``position`` an
+    int, or ``(row, column)``) and its pandas index label when ``labels`` are given."""
     if isinstance(value, str):
         return value
+    row, column = position if isinstance(position, tuple) else (position, None)
+    where = f"[{row}]" if column is None else f"[{row}, {column}]"
+    if labels is not None:
+        where += f" (index label {labels.tolist()[row]!r})"  # Python values, not np.int64
     if _is_missing(value):
         raise ValueError(
             f"{name}{where} is missing ({value!r}); every item must be a str. "
@@ -187,8 +205,9 @@ def check_texts(X, name: str = "X"):
                 f"generator is read once, so pass list({name}) where it is read again."
             )
         raise ValueError(f"{name} is empty; it must contain at least one text.")
+    labels = _index_labels(X)
     if width is None:
-        first = [_check_item(row, f"[{i}]", name) for i, row in enumerate(rows)]
+        first = [_check_item(row, i, name, "", labels) for i, row in enumerate(rows)]
         _check_encodable([first], pairs=False, name=name)
         return first, None
     if width not in (1, 2):
@@ -200,7 +219,7 @@ def check_texts(X, name: str = "X"):
     for j in range(width):
         hint = _pairs_hint(X, name, j) if width == 2 else ""
         columns.append(
-            [_check_item(row[j], f"[{i}, {j}]", name, hint) for i, row in enumerate(rows)]
+            [_check_item(row[j], (i, j), name, hint, labels) for i, row in enumerate(rows)]
         )
     _check_encodable(columns, pairs=True, name=name)
     return columns[0], (columns[1] if width == 2 else None)
