@@ -272,14 +272,13 @@ def pearson_scorer(estimator, X, y) -> float:
     Returns
     -------
     float
-        The Pearson correlation, between -1 and 1 (higher is better); NaN for constant
-        predictions, and (with an ``UndefinedMetricWarning``) for a single sample.
+        The Pearson correlation, between -1 and 1 (higher is better); NaN where
+        :func:`spearman_scorer` gives NaN.
 
     Raises
     ------
     ValueError
-        When ``y`` holds a NaN or infinite value (its position is named), or its shape is
-        not the predictions' (but ``(n,)`` and ``(n, 1)``, read alike).
+        As :func:`spearman_scorer`: for a gold value that is not finite, or shapes apart.
 
     See Also
     --------
