@@ -23,6 +23,7 @@ from ._estimator.supervised import SupervisedEstimator
 from ._estimator.targets import (
     check_regression_targets,
     check_validation_split,
+    squares_hold,
     standardisation,
 )
 from ._nn.backbone import DEFAULT_MODEL
@@ -317,7 +318,7 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
         return np.arange(n_validation if share.writer else 0)
 
     def _held_out_score(self, outputs, rows, y, targets):
-        if np.all((self.target_scale_ > 1e-100) & (self.target_scale_ < 1e100)):
+        if squares_hold(self.target_scale_).all():
             return r2_score(y[rows], self._in_units(outputs)), 1  # what score() gives
         # squares of targets past about 1e154 overflow (R^2 NaN: "diverged") and under 1e-154
         # vanish (R^2 1.0 always); R^2 does not change with the standardisation

@@ -31,6 +31,8 @@ __all__ = [
     "check_validation_split",
     "holds_scores",
     "refuse_non_finite",
+    "squares_hold",
+    "standardisation",
 ]
 
 _MULTILABEL_SHAPES = (
@@ -406,6 +408,12 @@ def _output(y: np.ndarray, column) -> str:
     return "y" if y.ndim == 1 else f"y[:, {int(column)}]"
 
 
+def squares_hold(spread) -> np.ndarray:
+    """Whether float64 squares of values of this ``spread`` (per output) neither overflow nor
+    lose bits: numpy's std and scikit-learn's R^2 are then exact enough as they are."""
+    return (np.asarray(spread) > 1e-100) & (np.asarray(spread) < 1e100)
+
+
 def standardisation(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard deviation of each output of real-valued ``y`` (1-D, or 2-D with one
     column per output), computed without overflow or underflow for any finite float64.
@@ -426,7 +434,7 @@ def standardisation(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         reach = np.abs(deviations).max(axis=0)
         # squares of deviations past 1e154 overflow and under 1e-154 lose bits or vanish;
         # there the deviations are scaled to 1 first (elsewhere numpy's std, as it was)
-        plain = (reach > 1e-100) & (reach < 1e100)
+        plain = squares_hold(reach)
         scale = np.where(plain, columns.std(axis=0), reach * (deviations / reach).std(axis=0))
     bad = np.flatnonzero(~(np.isfinite(scale) & (scale > 0)) | ~np.isfinite(mean))
     if len(bad):

@@ -41,13 +41,14 @@ def _index_labels(X):
     return index
 
 
-def _check_item(value, position, name: str, hint: str = "", labels=None) -> str:
+def _check_item(value, position, name: str, hint: str = "", X=None) -> str:
     """``value`` if it is a str, else an error naming ``name[position]`` (``position`` an
-    int, or ``(row, column)``) and its pandas index label when ``labels`` are given."""
+    int, or ``(row, column)``) and, for pandas ``X``, the row's index label."""
     if isinstance(value, str):
         return value
     row, column = position if isinstance(position, tuple) else (position, None)
     where = f"[{row}]" if column is None else f"[{row}, {column}]"
+    labels = _index_labels(X)  # looked up for the error only, off the valid texts' path
     if labels is not None:
         where += f" (index label {labels.tolist()[row]!r})"  # Python values, not np.int64
     if _is_missing(value):
@@ -205,9 +206,8 @@ def check_texts(X, name: str = "X"):
                 f"generator is read once, so pass list({name}) where it is read again."
             )
         raise ValueError(f"{name} is empty; it must contain at least one text.")
-    labels = _index_labels(X)
     if width is None:
-        first = [_check_item(row, i, name, "", labels) for i, row in enumerate(rows)]
+        first = [_check_item(row, i, name, "", X) for i, row in enumerate(rows)]
         _check_encodable([first], pairs=False, name=name)
         return first, None
     if width not in (1, 2):
@@ -218,9 +218,7 @@ def check_texts(X, name: str = "X"):
     columns = []
     for j in range(width):
         hint = _pairs_hint(X, name, j) if width == 2 else ""
-        columns.append(
-            [_check_item(row[j], (i, j), name, hint, labels) for i, row in enumerate(rows)]
-        )
+        columns.append([_check_item(row[j], (i, j), name, hint, X) for i, row in enumerate(rows)])
     _check_encodable(columns, pairs=True, name=name)
     return columns[0], (columns[1] if width == 2 else None)
 
