@@ -92,6 +92,29 @@ def test_missing_local_directory_says_how_to_get_it(tmp_path):
         load_backbone(str(tmp_path / "nowhere"))
 
 
+def test_folder_without_tokenizer_files_is_refused(tiny_bert, tmp_path):
+    """AutoModel.save_pretrained(path) alone writes no tokenizer: transformers would load an
+    empty tokenizer that reads every word as [UNK], and every fit would run on it silently."""
+    from skbert import BertSentenceTransformer
+
+    folder = tmp_path / "weights-only"
+    folder.mkdir()
+    for name in os.listdir(tiny_bert):
+        if name in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(tiny_bert, name), folder / name)
+    with pytest.raises(OSError, match=r"no tokenizer files \(tokenizer.json") as info:
+        BertSentenceTransformer(str(folder)).fit(["a dog"])
+    assert "save_pretrained(path) of a transformers model and its tokenizer" in str(info.value)
+
+
+def test_an_skbert_save_as_model_is_pointed_to_skbert_load(tiny_bert, tmp_path):
+    from skbert import BertSentenceTransformer
+
+    BertSentenceTransformer(tiny_bert).fit(["a dog"]).save(tmp_path / "saved")
+    with pytest.raises(OSError, match=r"skbert.load\(path\), and pass the loaded estimator"):
+        BertSentenceTransformer(str(tmp_path / "saved")).fit(["a dog"])
+
+
 def test_unknown_hub_id_offline_says_how_to_get_it():
     with pytest.raises(OSError, match="hf download"):
         load_backbone("skbert-tests/no-such-model")

