@@ -361,6 +361,52 @@ def test_save_replaces_a_previous_save(tiny_bert, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no temporary folders left
 
 
+@pytest.mark.parametrize("path", [".", "", "..", "sub/.."])
+def test_save_refuses_the_working_directory_and_the_folders_above_it(
+    tiny_bert, tmp_path, monkeypatch, path
+):
+    """A save replaces its folder as a whole: the working directory (a previous save there,
+    or an empty one) was renamed away and deleted from under the process."""
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    working = tmp_path / "work" / "here"
+    (working / "sub").mkdir(parents=True)
+    monkeypatch.chdir(working)
+    with pytest.raises(ValueError, match="is the working directory or a folder above it"):
+        est.save(path)
+    assert Path.cwd() == working and (working / "sub").is_dir()
+    assert est.save("model") == "model"  # a folder inside it is fine
+    assert skbert.load("model").transform(TEXTS).shape == est.transform(TEXTS).shape
+
+
+def test_save_and_load_expand_the_home_folder(tiny_bert, tmp_path, monkeypatch):
+    """As model= does: '~/m' is the home folder's m, not a folder named '~'."""
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert est.save("~/m") == "~/m"
+    assert (tmp_path / "home" / "m" / "skbert.json").is_file()
+    assert not (tmp_path / "~").exists()
+    np.testing.assert_array_equal(skbert.load("~/m").transform(TEXTS), est.transform(TEXTS))
+
+
+def test_a_long_folder_name_saves_and_its_interrupted_replacement_is_named(tiny_bert, tmp_path):
+    """The temporary sibling of a 220-character name (valid alone) was over the 255 bytes a
+    file name may have; a save killed between its two renames left the previous save aside
+    under a hidden name that load did not mention."""
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
+    target = tmp_path / ("m" * 220)
+    est.save(target)
+    est.save(target)  # replaces it: the previous one is kept aside until the rename
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+    aside = tmp_path / f".{target.name[:100]}.old-0123456789abcdef"
+    target.rename(aside)  # as a save interrupted between its two renames leaves it
+    with pytest.raises(
+        FileNotFoundError, match=r"no such folder\. A save there was interrupted"
+    ) as info:
+        skbert.load(target)
+    assert repr(str(aside)) in str(info.value)
+
+
 def test_an_attribute_that_cannot_be_stored_fails_the_save_and_leaves_nothing(tiny_bert, tmp_path):
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS)
     est.extra_ = {"callback": print}
@@ -391,6 +437,40 @@ def tampered(saved, tmp_path, edit):
     edit(manifest)
     (folder / "skbert.json").write_text(json.dumps(manifest))
     return folder
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"backbone": "attacker/probe-repo", "use_pretrained_backbone": False},
+        {"use_timm_backbone": True},
+    ],
+)
+def test_load_builds_no_backbone_that_loads_another_model(saved, tmp_path, monkeypatch, config):
+    """A tampered description naming a model type whose configuration loads another model
+    (DETR's vision backbone) made load ask the hub for a repository the file named; a
+    configuration transformers cannot build raised its own errors, not load's ValueError."""
+    import huggingface_hub
+
+    asked = []
+    monkeypatch.setattr(
+        huggingface_hub.HfApi, "repo_exists", lambda self, repo_id, **kw: asked.append(repo_id)
+    )
+
+    def edit(manifest):
+        backbone = manifest["fitted"]["network_"]["description"]["backbone"]
+        backbone.update(model_type="detr", config=config)
+
+    with pytest.raises(ValueError, match="names another model to load") as info:
+        skbert.load(tampered(saved, tmp_path, edit))
+    assert str(tmp_path) in str(info.value) and asked == []
+
+    def unbuildable(manifest):
+        backbone = manifest["fitted"]["network_"]["description"]["backbone"]
+        backbone["config"].update(num_attention_heads=0)  # transformers: ZeroDivisionError
+
+    with pytest.raises(ValueError, match="transformers cannot build the saved backbone"):
+        skbert.load(tampered(saved, tmp_path / "2", unbuildable))
 
 
 @pytest.mark.parametrize("name", ["os.system", "builtins.eval", "BaseEstimator", None])

@@ -497,8 +497,8 @@ class BertEstimatorBase(BaseEstimator):
         ----------
         path : str or os.PathLike
             The folder to write: a new path, an empty folder or a previous save, which is
-            replaced. The folder is written under a temporary name beside it and renamed at
-            the end, so a failed save leaves nothing that loads.
+            replaced (``~`` is the home folder). The folder is written under a temporary name
+            beside it and renamed at the end, so a failed save leaves nothing that loads.
 
         Returns
         -------
@@ -513,6 +513,9 @@ class BertEstimatorBase(BaseEstimator):
             If ``path`` is an existing file.
         FileExistsError
             If ``path`` is a folder with files in it that is not a previous save.
+        ValueError
+            If ``path`` is the working directory or a folder above it (which a save, replacing
+            its folder as a whole, would remove from under the process).
         TypeError
             If an attribute or parameter holds a value the format cannot store (it is
             named); nothing is left out silently.

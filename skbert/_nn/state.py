@@ -192,6 +192,17 @@ def build_network(description, tensors, where: str):
 _ATTENTION_IMPLEMENTATIONS = (None, "eager", "sdpa")
 
 
+#: configuration keys by which transformers builds a model around another one it loads
+#: (a vision backbone from the hub or timm): never in a text encoder's configuration
+_OTHER_MODELS = (
+    "backbone",
+    "backbone_config",
+    "backbone_kwargs",
+    "use_pretrained_backbone",
+    "use_timm_backbone",
+)
+
+
 def _build_backbone(spec, where: str):
     """A Hugging Face encoder of the class and configuration ``spec`` names, built from its
     configuration alone (``AutoConfig.for_model``, ``AutoModel.from_config``) in float32."""
@@ -208,11 +219,24 @@ def _build_backbone(spec, where: str):
             f"{where}: attn_implementation={attention!r} is not one of {_ATTENTION_IMPLEMENTATIONS}"
         )
     implementation = {} if attention is None else {"attn_implementation": attention}
-    with quiet_loading():
-        config = AutoConfig.for_model(model_type, **config)
-        backbone = AutoModel.from_config(
-            config, trust_remote_code=False, **implementation, **float32_weights()
+    named = {key: config[key] for key in _OTHER_MODELS if config.get(key)}
+    if named:  # a text encoder's configuration never names another model to fetch
+        raise ValueError(
+            f"{where}: the backbone's configuration names another model to load ({named}); "
+            "an skbert save holds a text encoder whose weights are all in the folder"
         )
+    try:
+        with quiet_loading():
+            config = AutoConfig.for_model(model_type, **config)
+            backbone = AutoModel.from_config(
+                config, trust_remote_code=False, **implementation, **float32_weights()
+            )
+    except ValueError:
+        raise
+    except Exception as exc:  # e.g. a configuration transformers cannot build from
+        raise ValueError(
+            f"{where}: transformers cannot build the saved backbone ({type(exc).__name__}: {exc})"
+        ) from exc
     if type(backbone).__name__ != spec["class"]:
         raise ValueError(
             f"{where}: model_type={model_type!r} builds a {type(backbone).__name__} here, but "

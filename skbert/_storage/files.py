@@ -97,6 +97,13 @@ def replaceable(target: Path, is_previous) -> bool:
     return bool(is_previous(target))
 
 
+def sibling(target: Path, kind: str) -> Path:
+    """A new hidden name beside ``target``, ``.{name}.{kind}-{random}``, for a folder written
+    or kept aside while ``target`` is replaced (its name cut to 100 characters, so that a
+    target of a long but valid name gets a valid sibling name)."""
+    return target.parent / f".{target.name[:100]}.{kind}-{uuid.uuid4().hex[:16]}"
+
+
 def replace_folder(partial: Path, target: Path) -> None:
     """Rename the finished folder ``partial`` to ``target``, replacing an empty folder or a
     previous one (kept aside, as ``.{name}.old-{random}``, until the rename succeeds)."""
@@ -107,7 +114,7 @@ def replace_folder(partial: Path, target: Path) -> None:
         target.rmdir()
         os.replace(partial, target)
         return
-    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
+    old = sibling(target, "old")
     os.replace(target, old)
     try:
         os.replace(partial, target)

@@ -26,10 +26,10 @@ safe format.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +37,7 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 
 from ..._core.version import __version__
-from ..._storage.files import check_output_dir, replace_folder, replaceable
+from ..._storage.files import check_output_dir, replace_folder, replaceable, sibling
 from .codec import MANIFEST, SaveReader, SaveWriter
 from .registry import UnknownEstimatorClass, estimator_class, estimator_name
 
@@ -56,10 +56,10 @@ def save(estimator, path) -> str:
     Parameters, errors and format: :meth:`BertEstimatorBase.save`.
     """
     check_is_fitted(estimator)
-    target = Path(check_output_dir(path, "path", _SAVE_FOLDERS)).absolute()
+    target = Path(check_output_dir(path, "path", _SAVE_FOLDERS)).expanduser().absolute()
     _check_replaceable(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.parent / f".{target.name}.partial-{uuid.uuid4().hex}"
+    partial = sibling(target, "partial")
     partial.mkdir()
     try:
         _write_estimator(estimator, partial, depth=0)
@@ -84,8 +84,9 @@ def load(path):
     Parameters
     ----------
     path : str or os.PathLike
-        A folder written by the ``save`` method of ``BertSentenceTransformer``,
-        ``BertTextClassifier``, ``BertTextRegressor`` (or a subclass defined in this process).
+        A folder (``~`` is the home folder) written by the ``save`` method of
+        ``BertSentenceTransformer``, ``BertTextClassifier``, ``BertTextRegressor`` (or a
+        subclass defined in this process).
 
     Returns
     -------
@@ -95,7 +96,8 @@ def load(path):
     Raises
     ------
     FileNotFoundError
-        If ``path`` does not exist or holds no save (a save that failed leaves none).
+        If ``path`` does not exist or holds no save (a save that failed leaves none; one
+        interrupted while it replaced a previous save names where that one is kept).
     NotADirectoryError
         If ``path`` is a file.
     ValueError
@@ -118,7 +120,7 @@ def load(path):
     >>> (loaded.transform(texts) == est.transform(texts)).all()  # doctest: +SKIP
     np.True_
     """
-    folder = Path(os.fspath(path))
+    folder = Path(os.fspath(path)).expanduser()
     try:
         return _read_estimator(folder, depth=0)
     except (FileNotFoundError, NotADirectoryError, PermissionError):
@@ -143,6 +145,17 @@ def _is_previous_save(folder: Path) -> bool:
 
 
 def _check_replaceable(target: Path) -> None:
+    try:
+        working = os.path.realpath(os.getcwd())
+    except OSError:  # the working directory is gone: nothing to protect
+        working = os.sep
+    real = os.path.realpath(target)
+    if working != os.sep and os.path.commonpath([working, real]) == real:
+        raise ValueError(
+            f"path={os.fspath(target)!r} is the working directory or a folder above it; a save "
+            "replaces its folder as a whole, which would remove the working directory from "
+            "under this process: give a folder inside it, e.g. path='model'."
+        )
     if target.is_symlink():
         raise FileExistsError(
             f"path={os.fspath(target)!r} is a symbolic link; a save replaces its folder as a "
@@ -182,7 +195,14 @@ def _write_estimator(estimator, folder: Path, depth: int) -> None:
 
 def _read_estimator(folder: Path, depth: int):
     if not folder.exists():
-        raise FileNotFoundError(f"No skbert save at {os.fspath(folder)!r}: no such folder.")
+        kept = sorted(folder.parent.glob(f".{glob.escape(folder.name[:100])}.old-*"))
+        aside = (
+            f" A save there was interrupted while it replaced the previous one, which is kept "
+            f"aside as {os.fspath(kept[-1])!r}: rename it to load it."
+            if kept and folder.parent.is_dir()
+            else ""
+        )
+        raise FileNotFoundError(f"No skbert save at {os.fspath(folder)!r}: no such folder.{aside}")
     if not folder.is_dir():
         raise NotADirectoryError(
             f"{os.fspath(folder)!r} is a file; an skbert save is a folder written by save()."
