@@ -6,6 +6,7 @@ import copy
 import io
 import json
 import math
+import os
 import pickle
 import re
 import shutil
@@ -542,6 +543,79 @@ def test_load_refuses_weights_whose_bytes_changed(fitted, saved, tmp_path):
     unchecked = tampered(saved, tmp_path, lambda m: m["fitted"]["network_"].pop("blake2b"))
     loaded = skbert.load(unchecked)
     assert np.array_equal(loaded.predict_proba(TEXTS), fitted.predict_proba(TEXTS))
+
+
+def test_load_refuses_tokenizer_files_that_changed(fitted, saved, tmp_path):
+    """Two words' ids swapped in tokenizer.json loaded without a word (the probe's few texts
+    do not hold them) and changed predict_proba; a deleted file was reported as a tokenizer
+    of another version."""
+    folder = tmp_path / "swapped"
+    shutil.copytree(saved, folder)
+    path = folder / "tokenizer_" / "tokenizer.json"
+    data = json.loads(path.read_text())
+    vocab = data["model"]["vocab"]
+    vocab["dog"], vocab["film"] = vocab["film"], vocab["dog"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"tokenizer.json' is damaged: its bytes are not"):
+        skbert.load(folder)
+    for change, named in [
+        ("unlink", r"\(missing \['tokenizer.json'\]\)"),
+        ("add", r"\(added \['added_tokens.json'\]\)"),
+    ]:
+        folder = tmp_path / change
+        shutil.copytree(saved, folder)
+        if change == "unlink":
+            (folder / "tokenizer_" / "tokenizer.json").unlink()
+        else:
+            (folder / "tokenizer_" / "added_tokens.json").write_text('{"dog": 5}')
+        with pytest.raises(ValueError, match=rf"does not hold the files save wrote {named}"):
+            skbert.load(folder)
+    # saves written before the digests were recorded load as they did
+    unchecked = tampered(saved, tmp_path, lambda m: m["fitted"]["tokenizer_"].pop("blake2b"))
+    assert np.array_equal(skbert.load(unchecked).predict_proba(TEXTS), fitted.predict_proba(TEXTS))
+
+
+def test_a_tokenizer_that_reads_back_otherwise_is_refused_by_save_and_load(
+    fitted, saved, tmp_path, monkeypatch
+):
+    """The probe of the tokenizer, written and read back (another transformers or tokenizers
+    version, or a tokenizer whose save_pretrained loses something): refused both ways."""
+    from skbert._estimator.persistence import codec
+
+    unchecked = tampered(saved, tmp_path, lambda m: m["fitted"]["tokenizer_"].pop("blake2b"))
+    other = codec.read_tokenizer(unchecked / "tokenizer_")
+    other.add_tokens(["filmdog"])  # encodes one of the probe's texts otherwise
+    monkeypatch.setattr(codec, "tokenizer_probe", lambda tok: len(tok.get_vocab()))
+    monkeypatch.setattr(codec, "read_tokenizer", lambda folder: other)
+    with pytest.raises(TypeError, match=r"read back with AutoTokenizer, encodes texts differ"):
+        fitted.save(tmp_path / "m")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tampered"]  # nothing left
+    with pytest.raises(ValueError, match="read back encodes texts differently from the saved"):
+        skbert.load(unchecked)
+
+
+def test_a_failed_rename_puts_the_previous_save_back(fitted, saved, tmp_path, monkeypatch):
+    from skbert._storage import files
+
+    folder = tmp_path / "m"
+    shutil.copytree(saved, folder)
+    renames = []
+    replace = os.replace
+
+    def failing(source, target):
+        renames.append((Path(source).name, Path(target).name))
+        if len(renames) == 2:  # the new folder into place
+            raise OSError("disk full")
+        replace(source, target)
+
+    monkeypatch.setattr(files.os, "replace", failing)
+    with pytest.raises(OSError, match="disk full"):
+        BertTextClassifier(fitted.model, **TRAIN).fit(TEXTS, LABELS[::-1]).save(folder)
+    assert [target for _, target in renames] == [renames[0][1], "m", "m"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # back, nothing left aside
+    np.testing.assert_array_equal(
+        skbert.load(folder).predict_proba(TEXTS), fitted.predict_proba(TEXTS)
+    )
 
 
 class _Payload:

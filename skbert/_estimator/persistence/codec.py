@@ -133,7 +133,12 @@ class SaveWriter(ValueWriter):
                 f"cannot save {where}: this {type(tokenizer).__name__}, written with "
                 "save_pretrained and read back with AutoTokenizer, encodes texts differently."
             )
-        return {"type": "tokenizer", "folder": name, "probe": probe}
+        files = {
+            path.name: file_digest(path)
+            for path in sorted((self.folder / name).iterdir())
+            if path.is_file()
+        }
+        return {"type": "tokenizer", "folder": name, "probe": probe, "blake2b": files}
 
     def _write_nested(self, estimator, where: str) -> dict:
         estimator_name(estimator, where)
@@ -258,6 +263,7 @@ def _decode_linear(reader, node, where):
 
 def _decode_tokenizer(reader, node, where):
     folder = reader.child(node["folder"], where)
+    _check_tokenizer_files(folder, node.get("blake2b"), where)
     try:
         with quiet_loading():
             tokenizer = read_tokenizer(folder)
@@ -270,6 +276,32 @@ def _decode_tokenizer(reader, node, where):
             "(another transformers or tokenizers version?)"
         )
     return tokenizer
+
+
+def _check_tokenizer_files(folder: Path, expected, where: str) -> None:
+    """The tokenizer's files are those save wrote, byte for byte (saves written before skbert
+    recorded their BLAKE2b have none, and load unchecked); an edited vocabulary would load
+    and encode some words differently, which the probe's few texts may not show."""
+    if expected is None:
+        return
+    if not isinstance(expected, dict):
+        raise ValueError(f"{where}: the tokenizer's file digests are not a mapping")
+    held = {path.name for path in folder.iterdir() if path.is_file()}
+    missing, extra = sorted(set(expected) - held), sorted(held - set(expected))
+    if missing or extra:
+        what = "; ".join(
+            f"{label} {names}" for label, names in (("missing", missing), ("added", extra)) if names
+        )
+        raise ValueError(
+            f"{where}: the tokenizer folder {os.fspath(folder)!r} does not hold the files save "
+            f"wrote ({what}); save the estimator again."
+        )
+    for name, digest in expected.items():
+        if file_digest(folder / name) != digest:
+            raise ValueError(
+                f"{where}: {os.fspath(folder / name)!r} is damaged: its bytes are not those "
+                "that save wrote (their BLAKE2b differs); save the estimator again."
+            )
 
 
 def _decode_estimator(reader, node, where):
