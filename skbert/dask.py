@@ -212,11 +212,7 @@ def _torch_threads(threads):
     if threads is None:
         yield
         return
-    import torch
+    from ._core.threads import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):  # partitions run in threads of one worker at once
         yield
-    finally:
-        torch.set_num_threads(before)

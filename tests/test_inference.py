@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -138,3 +139,65 @@ def test_in_order_keeps_order_bounds_work_ahead_and_cancels_when_closed():
     with contextlib.closing(in_order(square, range(1000), 2, "t")) as results:
         assert next(results) == (0, 0)
     assert len(started) <= 1 + 2 * 2 + 1  # the one consumed, those in flight, one submitted
+
+
+def _fresh_thread_count() -> int:
+    found = []
+    probe = threading.Thread(target=lambda: found.append(torch.get_num_threads()))
+    probe.start()
+    probe.join()
+    return found[0]
+
+
+def test_predictions_in_overlapping_threads_keep_the_process_thread_count(tiny_bert, monkeypatch):
+    """Each prediction set torch to one thread and put back the count it found: when they
+    overlapped, a caller found the one another had set and put that back, so every thread
+    started afterwards (a web server's workers) predicted on one core; callers started during
+    another's prediction also began with one."""
+    import skbert._inference.predict as predict
+
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(["a"])
+    texts = [f"the dog sat on the mat {'very ' * k}" for k in range(12)]
+    alone = est.transform(texts)
+    seen, outputs = [], {}
+    run = predict.run_on_cpu
+
+    def slow(network, rows, blocks, bar, cores, *args, **kwargs):
+        seen.append(cores)
+        time.sleep(0.2)  # the next caller starts while this one holds the count at one
+        return run(network, rows, blocks, bar, cores, *args, **kwargs)
+
+    monkeypatch.setattr(predict, "run_on_cpu", slow)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for _ in range(2):
+            callers = [
+                threading.Thread(target=lambda k=k: outputs.update({k: est.transform(texts)}))
+                for k in range(3)
+            ]
+            for caller in callers:
+                caller.start()
+                time.sleep(0.05)
+            for caller in callers:
+                caller.join()
+            assert _fresh_thread_count() == 2 and torch.get_num_threads() == 2
+        assert seen == [2] * 6
+    finally:
+        torch.set_num_threads(before)
+    for output in outputs.values():
+        np.testing.assert_array_equal(output, alone)
+
+
+def test_torch_threads_nested_yield_the_enclosing_count():
+    """skbert.dask sets a partition's count around the prediction, which sets one: the
+    prediction uses the partition's count, and both are put back."""
+    from skbert._core.threads import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(3) as outer:
+        assert outer == before and torch.get_num_threads() == 3
+        with torch_threads(1) as inner:
+            assert inner == 3 and torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 3
+    assert torch.get_num_threads() == before and _fresh_thread_count() == before

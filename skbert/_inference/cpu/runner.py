@@ -14,6 +14,7 @@ import contextlib
 import numpy as np
 import torch
 
+from ..._core.threads import torch_threads
 from ..._text.encoding import stack_rows
 from ..composition import encoder_of, row_readers
 from ..ordered import in_order
@@ -25,17 +26,14 @@ __all__ = ["block_groups", "one_thread_per_block", "run_on_cpu"]
 
 @contextlib.contextmanager
 def one_thread_per_block(device):
-    """On the CPU, torch set to one thread while prediction runs (restored after); yields the
-    number of threads torch had (the cores prediction may use)."""
-    threads = torch.get_num_threads()
+    """On the CPU, torch set to one thread while prediction runs (restored after, also when
+    predictions in several threads overlap: :func:`~skbert._core.threads.torch_threads`);
+    yields the number of threads torch had (the cores prediction may use)."""
     if device.type != "cpu":
-        yield threads
+        yield torch.get_num_threads()
         return
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1) as threads:
         yield threads
-    finally:
-        torch.set_num_threads(threads)
 
 
 def run_on_cpu(network, rows, blocks, bar, cores, tile, all_layers, int8=False) -> torch.Tensor:
