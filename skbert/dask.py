@@ -15,10 +15,12 @@ distributed scheduler); skbert itself imports without it.
     vectors = transform(fitted_estimator, texts)    # lazy: a dask DataFrame
     vectors.to_parquet("vectors/")                  # computed on the workers
 
-The fitted estimator is sent once: with a distributed client it is scattered to every worker
-(``client.scatter(..., broadcast=True)``), with Dask's local schedulers it is one
-``dask.delayed`` value that every partition's task depends on (never pickled per task,
-except by the ``"processes"`` scheduler, which pickles each task's inputs: prefer a client).
+The fitted estimator is not pickled per task: with a distributed client it is scattered to
+every worker (``client.scatter(..., broadcast=True)``) when ``transform`` is called, before
+anything is computed (a worker's memory manager may drop idle copies, so a later compute of
+the same collection can ship it again); with Dask's local schedulers it is one
+``dask.delayed`` value that every partition's task depends on (pickled with each task's
+inputs by the ``"processes"`` scheduler only: prefer a client).
 Rows keep the input's order and index, partition by partition. Each vector is the one
 ``estimator.transform`` gives on one machine, bit for bit: skbert computes every text in
 shapes that depend only on its own length (see the user guide), so how texts are split into
@@ -98,9 +100,10 @@ def predict(estimator, texts, *, threads: int | None = None):
     -------
     dask.dataframe.Series or dask.dataframe.DataFrame
         The predicted label (or, for a regressor, the float64 value) of each text, named
-        ``"prediction"``, with the input's index; for a multi-output
-        :class:`~skbert.BertTextRegressor` (fitted on a 2-D y), a DataFrame of one float64
-        column per output, named ``"0"``, ``"1"``, ...
+        ``"prediction"``, with the input's index; for a regressor fitted on a 2-D y (a
+        multi-output :class:`~skbert.BertTextRegressor`, or a pipeline ending in a
+        scikit-learn regressor), a DataFrame of one float64 column per output, named ``"0"``,
+        ``"1"``, ...
     """
     return _map(estimator, texts, "predict", threads)
 
@@ -177,10 +180,9 @@ def _meta(estimator, method):
         return pd.DataFrame({n: pd.Series(dtype=np.float32) for n in names})
     if method == "predict" and is_regressor(estimator):
         final = estimator.steps[-1][1] if hasattr(estimator, "steps") else estimator
-        if getattr(final, "multioutput_", False):  # a BertTextRegressor fitted on a 2-D y
-            return pd.DataFrame(
-                {str(i): pd.Series(dtype=np.float64) for i in range(final.n_outputs_)}
-            )
+        outputs = _outputs(final)
+        if outputs is not None:  # fitted on a 2-D y
+            return pd.DataFrame({str(i): pd.Series(dtype=np.float64) for i in range(outputs)})
         return pd.Series(np.empty(0, dtype=np.float64), name="prediction")
     classes = np.asarray(estimator.classes_)
     if method == "predict":  # the dtype pandas gives the labels (str for strings, in pandas 3)
@@ -188,14 +190,25 @@ def _meta(estimator, method):
     return pd.DataFrame({str(c): pd.Series(dtype=np.float32) for c in classes})
 
 
+def _outputs(regressor):
+    """The number of outputs of a regressor fitted on a 2-D y, or None for a 1-D y: a
+    BertTextRegressor's ``multioutput_``, a linear model's 2-D ``coef_``, else scikit-learn's
+    ``n_outputs_`` (trees, ensembles, neural networks; set to 1 for a 1-D y)."""
+    if hasattr(regressor, "multioutput_"):
+        return regressor.n_outputs_ if regressor.multioutput_ else None
+    coef = getattr(regressor, "coef_", None)
+    if coef is not None:
+        return np.shape(coef)[0] if np.ndim(coef) == 2 else None
+    outputs = getattr(regressor, "n_outputs_", None)
+    return outputs if isinstance(outputs, Integral) and outputs > 1 else None
+
+
 def _run_partition(part, estimator, method, threads, columns, dtype):
     """One partition's output, as a pandas object with the partition's index (columns of
     ``dtype``)."""
-    if isinstance(part, pd.DataFrame):
-        X = list(zip(part.iloc[:, 0].tolist(), part.iloc[:, 1].tolist(), strict=True))
-    else:
-        X = part.tolist()
-    if not X:
+    # the pandas rows themselves, so that an error names a text by its index label
+    X = part
+    if not len(X):
         result = np.empty((0, len(columns)) if columns is not None else 0, dtype=np.float64)
     else:
         with _torch_threads(threads):

@@ -93,6 +93,37 @@ def test_local_scheduler_without_a_client(tiny_bert):
     np.testing.assert_array_equal(got, est.transform(TEXTS))
 
 
+def test_a_bad_text_is_named_by_its_index_label_and_any_2d_regressor_gives_columns(tiny_bert):
+    """A worker's error named the text by its position in the partition alone (X[0]), not
+    by the index label a local call names; a pipeline ending in a scikit-learn regressor
+    fitted on a 2-D y got a 1-D meta and failed at compute with a pandas error."""
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.linear_model import Ridge
+
+    from skbert.dask import predict, transform
+
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS[:1])
+    texts = pd.Series(TEXTS[:6], index=range(100, 106), dtype=object)
+    texts[105] = None
+    with pytest.raises(ValueError, match=r"X\[1\] \(index label 105\) is missing"):
+        transform(est, dd.from_pandas(texts, npartitions=3)).compute(scheduler="sync")
+    pairs = pd.DataFrame({"a": TEXTS[:4], "b": TEXTS[4:8]}, index=range(50, 54), dtype=object)
+    pairs.loc[53, "b"] = None
+    with pytest.raises(ValueError, match=r"X\[1, 1\] \(index label 53\) is missing"):
+        transform(est, dd.from_pandas(pairs, npartitions=2)).compute(scheduler="sync")
+    y = np.c_[LABELS[:12], 1.0 - LABELS[:12], np.arange(12.0)]
+    for head in (Ridge(), RandomForestRegressor(n_estimators=3, random_state=0)):
+        reg = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), head)
+        reg.fit(TEXTS[:12], y)
+        frame = predict(reg, dd.from_pandas(pd.Series(TEXTS), npartitions=3))
+        assert list(frame.columns) == ["0", "1", "2"]
+        got = frame.compute(scheduler="sync")
+        np.testing.assert_allclose(got.to_numpy(), reg.predict(TEXTS), rtol=1e-6)
+        one = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), head)
+        one.fit(TEXTS[:12], y[:, 0])  # a 1-D y: one Series, as before
+        assert predict(one, dd.from_pandas(pd.Series(TEXTS), npartitions=3)).ndim == 1
+
+
 @pytest.fixture(scope="module")
 def client():
     """Two single-threaded worker processes on loopback, no dashboard; closed after."""
