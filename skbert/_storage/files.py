@@ -159,6 +159,11 @@ def check_output_dir(
         raise TypeError(
             f"{name} must be a folder path (a str or os.PathLike), got {type(path).__name__}."
         ) from None
+    if isinstance(path, bytes):  # os.fspath passes bytes through; the writers join str
+        raise TypeError(
+            f"{name} must be a folder path (a str or os.PathLike), got bytes {path!r}; "
+            "decode it with os.fsdecode."
+        )
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(
             f"{name}={path!r} is an existing file, and this writes a folder; give a new path "
