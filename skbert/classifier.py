@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from numbers import Real
+
 import numpy as np
 import torch
 from scipy.special import expit
@@ -44,8 +46,8 @@ class_weight : dict, "balanced" or None, default=None
     Weights of the classes in the loss (single-label only): a dict from label to weight,
     or ``"balanced"`` (inversely proportional to the class frequencies). A class missing
     from the dict weighs 1; labels that are not in y are allowed when every class of y is
-    in the dict (a cross-validation fold without a rare class), as in scikit-learn. A weight
-    of 0 leaves that class's texts out of the loss.
+    in the dict (a cross-validation fold without a rare class), as in scikit-learn. Weights
+    are finite numbers >= 0; a weight of 0 leaves that class's texts out of the loss.
 warm_start : bool, default=False
     Continue training the fitted model on the next ``fit`` instead of starting anew
     (the labels, the input kind and the parameters that shape the network must be the
@@ -241,6 +243,17 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
                 "for multi-label y."
             )
         if isinstance(self.class_weight, dict):  # before any work is done
+            for label, weight in self.class_weight.items():
+                if (
+                    not isinstance(weight, Real)
+                    or isinstance(weight, (bool, np.bool_))
+                    or not np.isfinite(weight)
+                    or weight < 0
+                ):
+                    raise ValueError(
+                        f"class_weight[{label!r}] is {weight!r}; a class's weight must be a "
+                        "finite number >= 0 (0 leaves its texts out of the loss)."
+                    )
             classes = np.unique(y).tolist()
             unknown = set(self.class_weight) - set(classes)
             unweighted = [c for c in classes if c not in self.class_weight]

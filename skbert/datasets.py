@@ -46,6 +46,11 @@ def get_data_home(data_home=None) -> Path:
     """
     if data_home is None:  # an empty SKBERT_DATA counts as unset, not as the current folder
         data_home = os.environ.get("SKBERT_DATA") or "~/skbert_data"
+    elif not isinstance(data_home, (str, os.PathLike)):
+        raise TypeError(
+            f"data_home={data_home!r} is not a folder path; give a str, an os.PathLike or None "
+            "(the SKBERT_DATA environment variable, else ~/skbert_data)."
+        )
     return Path(data_home).expanduser()
 
 
@@ -70,9 +75,14 @@ def _loaded(data, target, return_X_y: bool, **extra):
     return Bunch(data=data, target=target, **extra)
 
 
-def _check_split(split, allowed):
+def _check_split(split, allowed, **flags):
+    """Refuse a split that is not in ``allowed``, and a flag that is not a bool (a string such
+    as "False" would read as true)."""
     if not isinstance(split, str) or split not in allowed:
         raise ValueError(f"split={split!r} is not allowed; use one of {sorted(allowed)}.")
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name}={value!r} is not allowed; use True or False.")
 
 
 def load_stsb(split="test", *, data_home=None, return_X_y=False, download_if_missing=False):
@@ -106,7 +116,7 @@ def load_stsb(split="test", *, data_home=None, return_X_y=False, download_if_mis
     (data, target) : tuple of ndarray
         When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
-    _check_split(split, _STSB_FILES)
+    _check_split(split, _STSB_FILES, return_X_y=return_X_y, download_if_missing=download_if_missing)
     path = _require(
         get_data_home(data_home) / "stsb" / _STSB_FILES[split],
         "load_stsb",
@@ -155,7 +165,12 @@ def load_sst2(split="train", *, data_home=None, return_X_y=False, download_if_mi
     (data, target) : tuple of ndarray
         When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
-    _check_split(split, {"train", "dev", "test"})
+    _check_split(
+        split,
+        {"train", "dev", "test"},
+        return_X_y=return_X_y,
+        download_if_missing=download_if_missing,
+    )
     path = _require(
         get_data_home(data_home) / "sst2-senteval" / f"sentiment-{split}",
         "load_sst2",
@@ -205,7 +220,13 @@ def load_imdb_sample(
     (data, target) : tuple of ndarray
         When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
-    _check_split(split, {"train", "valid"})
+    _check_split(
+        split,
+        {"train", "valid"},
+        return_X_y=return_X_y,
+        clean_html=clean_html,
+        download_if_missing=download_if_missing,
+    )
     path = _require(
         get_data_home(data_home) / "imdb-sample" / "texts.csv",
         "load_imdb_sample",
@@ -259,7 +280,13 @@ def load_trec(
     (data, target) : tuple of ndarray
         When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
-    _check_split(split, {"train", "test"})
+    _check_split(
+        split,
+        {"train", "test"},
+        return_X_y=return_X_y,
+        fine=fine,
+        download_if_missing=download_if_missing,
+    )
     name = "train_5500.label" if split == "train" else "TREC_10.label"
     path = _require(
         get_data_home(data_home) / "trec" / name,
@@ -310,7 +337,12 @@ def load_snli(split="dev", *, data_home=None, return_X_y=False, download_if_miss
     (data, target) : tuple of ndarray
         When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
-    _check_split(split, {"train", "dev", "test"})
+    _check_split(
+        split,
+        {"train", "dev", "test"},
+        return_X_y=return_X_y,
+        download_if_missing=download_if_missing,
+    )
     folder = get_data_home(data_home) / "snli-senteval"
     source = (
         "SentEval's SNLI (data/downstream/SNLI; the download converts Stanford's snli_1.0.zip "
@@ -354,6 +386,8 @@ def load_demo_sentiment(*, return_X_y=False):
     (data, target) : tuple of ndarray
         When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
+    if not isinstance(return_X_y, (bool, np.bool_)):
+        raise TypeError(f"return_X_y={return_X_y!r} is not allowed; use True or False.")
     text = resources.files("skbert").joinpath("data/sst2_sample.tsv").read_text("utf-8")
     rows = [line.split("\t") for line in text.splitlines()[1:] if line]
     data = np.asarray([sentence for sentence, _ in rows], dtype=object)

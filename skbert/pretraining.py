@@ -27,13 +27,14 @@ from numbers import Integral, Real
 
 import torch
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_params
+from sklearn.utils._param_validation import HasMethods, StrOptions, validate_params
 
 from ._core.devices import resolve_device, resolve_precision
 from ._core.flops import training_flops
 from ._core.launch import current_share
 from ._core.messages import report
 from ._core.rng import seeded
+from ._estimator.constraints import RANDOM_STATE, Number
 from ._estimator.model_source import fitted_encoder_source, load_encoder
 from ._estimator.validation import check_texts
 from ._nn.backbone import (
@@ -220,11 +221,11 @@ def _word_spans(text: str, spans) -> list:
 # The constraints of the parameters that further_pretrain and within_task_pretrain share.
 _MASKED_LM_CONSTRAINTS = {
     "model": [str, os.PathLike, HasMethods(["save_pretrained", "get_params"])],
-    "mlm_probability": [Interval(Real, 0, 1, closed="neither")],
-    "batch_size": [Interval(Integral, 1, None, closed="left")],
-    "learning_rate": [Interval(Real, 0, 1, closed="right")],
-    "weight_decay": [Interval(Real, 0, None, closed="left")],
-    "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
+    "mlm_probability": [Number(Real, 0, 1, closed="neither")],
+    "batch_size": [Number(Integral, 1, None, closed="left")],
+    "learning_rate": [Number(Real, 0, 1, closed="right")],
+    "weight_decay": [Number(Real, 0, None, closed="left")],
+    "warmup_fraction": [Number(Real, 0, 1, closed="both")],
     "device": [str],
     "precision": [StrOptions({"auto", "fp32", "bf16", "fp16"})],
     "verbose": ["verbose"],
@@ -237,10 +238,10 @@ _MASKED_LM_CONSTRAINTS = {
         "texts": ["array-like"],
         "output_dir": [str, os.PathLike],
         "whole_word_mask": ["boolean"],
-        "max_steps": [Interval(Integral, 1, None, closed="left"), None],
-        "max_epochs": [Interval(Integral, 1, None, closed="left")],
-        "max_length": [Interval(Integral, 8, None, closed="left")],
-        "random_state": ["random_state"],
+        "max_steps": [Number(Integral, 1, None, closed="left"), None],
+        "max_epochs": [Number(Integral, 1, None, closed="left")],
+        "max_length": [Number(Integral, 8, None, closed="left")],
+        "random_state": RANDOM_STATE,
     },
     prefer_skip_nested_validation=True,
 )
@@ -406,9 +407,9 @@ def _source_pooler(model, prefix: str) -> dict:
         **_MASKED_LM_CONSTRAINTS,
         "backbone": [HasMethods(["load_state_dict", "state_dict"])],
         "texts": [list],
-        "max_steps": [Interval(Integral, 1, None, closed="left")],
-        "max_length": [Interval(Integral, 1, None, closed="left")],  # see masked_lm_windows
-        "seed": [Interval(Integral, 0, None, closed="left")],
+        "max_steps": [Number(Integral, 1, None, closed="left")],
+        "max_length": [Number(Integral, 1, None, closed="left")],  # see masked_lm_windows
+        "seed": [Number(Integral, 0, 2**32 - 1, closed="both")],  # numpy's seeds
     },
     prefer_skip_nested_validation=True,
 )

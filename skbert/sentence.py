@@ -9,12 +9,13 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, _fit_context
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ._core.deprecations import fine_tune_constraint, read_fine_tune
 from ._core.rng import seeded
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
+from ._estimator.constraints import Number
 from ._estimator.contrastive import (
     CONTRASTIVE_PARAMETERS,
     contrastive_training,
@@ -270,11 +271,11 @@ class BertSentenceTransformer(
         "fine_tune": [fine_tune_constraint(FINE_TUNE_MODES)],
         "objective": [StrOptions({"auto", "cosine", "pair-softmax", "softmax", "contrastive"})],
         "contrastive_loss": [StrOptions(set(CONTRASTIVE_LOSSES))],
-        "pairs_per_text": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "learning_rate": [Interval(Real, 0, 1, closed="right"), StrOptions({"auto"})],
+        "pairs_per_text": [Number(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "learning_rate": [Number(Real, 0, 1, closed="right"), StrOptions({"auto"})],
         "train_dropout": ["boolean"],
-        "temperature": [Interval(Real, 0, None, closed="neither")],
-        "wise_alpha": [Interval(Real, 0, 1, closed="both")],
+        "temperature": [Number(Real, 0, None, closed="neither")],
+        "wise_alpha": [Number(Real, 0, 1, closed="both")],
         "memory": [None, str, os.PathLike, HasMethods(["cache"])],
     }
 

@@ -83,6 +83,33 @@ def test_bad_split(tmp_path):
         load_stsb(["train"], data_home=tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("loader", "flag"),
+    [
+        ("load_trec", "fine"),
+        ("load_imdb_sample", "clean_html"),
+        ("load_stsb", "download_if_missing"),
+        ("load_snli", "return_X_y"),
+        ("load_sst2", "return_X_y"),
+        ("load_demo_sentiment", "return_X_y"),
+    ],
+)
+def test_a_flag_that_is_not_a_bool_is_refused(data_home, loader, flag):
+    """load_trec(fine="False") gave the 50 fine classes; download_if_missing="no" fetched."""
+    import skbert.datasets
+
+    load = getattr(skbert.datasets, loader)
+    where = {} if loader == "load_demo_sentiment" else {"data_home": data_home}
+    with pytest.raises(TypeError, match=rf"{flag}='False' is not allowed; use True or False"):
+        load(**where, **{flag: "False"})
+    assert load(**where, **{flag: np.bool_(False)}) is not None  # numpy's bools are bools
+
+
+def test_a_data_home_that_is_not_a_path_is_named():
+    with pytest.raises(TypeError, match="data_home=123 is not a folder path"):
+        load_stsb("test", data_home=123)
+
+
 def test_export_onnx_is_listed_without_being_imported():
     import subprocess
     import sys

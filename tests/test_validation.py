@@ -227,3 +227,81 @@ def test_one_column_errors_speak_of_no_pairs():
         check_texts(["a", 3])
     with pytest.raises(TypeError, match=r"X\[0\] is a float"):
         check_texts([1.5])
+
+
+# --- a bool where a number is meant (scikit-learn's Interval counts True as the int 1) ------
+def _numeric_parameters(cls):
+    from skbert._estimator.constraints import Number
+
+    return sorted(
+        name
+        for name, constraints in cls._parameter_constraints.items()
+        if isinstance(constraints, list)
+        and any(isinstance(c, Number) for c in constraints)
+        and not any(c in ("boolean", "verbose", bool) for c in constraints)
+    )
+
+
+@pytest.mark.parametrize(
+    "cls_name", ["BertSentenceTransformer", "BertTextClassifier", "BertTextRegressor"]
+)
+def test_a_bool_for_a_number_is_refused_before_the_model_loads(cls_name, tmp_path):
+    """batch_size=True trained one text a batch, max_chunks=True cut texts to one window,
+    learning_rate=True trained the sentence transformer at 1.0: all without a word."""
+    import numpy as np
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    import skbert
+
+    cls = getattr(skbert, cls_name)
+    names = _numeric_parameters(cls)
+    assert {"batch_size", "max_length", "random_state"} <= set(names)  # the sweep is not empty
+    X, y = ["a dog", "a cat"], [0, 1]
+    for name in names:
+        for value in (True, np.bool_(False)):
+            est = cls(str(tmp_path / "no-model"), **{name: value})  # refused before loading
+            with pytest.raises(InvalidParameterError, match=rf"'{name}' .*\(not a bool\)"):
+                est.fit(X) if cls_name == "BertSentenceTransformer" else est.fit(X, y)
+    with pytest.raises(OSError, match="no such directory"):  # numpy ints are ints
+        cls(str(tmp_path / "no-model"), batch_size=np.int64(4), random_state=np.int64(3)).fit(X, y)
+
+
+def test_pretraining_refuses_a_bool_for_a_number(tmp_path):
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    from skbert.pretraining import further_pretrain
+
+    for name in ("max_steps", "batch_size", "warmup_fraction", "learning_rate", "random_state"):
+        with pytest.raises(InvalidParameterError, match=rf"'{name}' .*\(not a bool\)"):
+            further_pretrain(["a dog"], tmp_path / "out", **{name: True})
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("weight", [-1.0, float("nan"), float("inf"), "2", None, True])
+def test_class_weight_values_must_be_finite_numbers_at_least_zero(weight, tmp_path):
+    """A negative weight trained away from its class (or, balanced, summed batches to a loss
+    of 0); NaN and inf 'diverged' at the first step advising a lower learning rate; a str
+    raised torch's error after the model loaded."""
+    from skbert import BertTextClassifier
+
+    clf = BertTextClassifier(str(tmp_path / "no-model"), class_weight={0: weight, 1: 1.0})
+    with pytest.raises(ValueError, match=r"class_weight\[0\] is .*; a class's weight must be a"):
+        clf.fit(["a dog", "a cat"], [0, 1])
+
+
+def test_within_task_pretrain_takes_numpy_seeds_and_refuses_seeds_numpy_cannot(tiny_bert):
+    """seed=np.int64(3) raised torch's 'an integer is required' naming nothing; 2**32 was
+    allowed and failed in numpy after the whole masked-LM training."""
+    import numpy as np
+    from sklearn.utils._param_validation import InvalidParameterError
+    from transformers import AutoModel
+
+    from skbert.pretraining import within_task_pretrain
+
+    backbone = AutoModel.from_pretrained(tiny_bert)
+    texts = ["the dog sat on the mat", "a good film"]
+    run = {"model": tiny_bert, "max_steps": 1, "max_length": 16}
+    assert len(within_task_pretrain(backbone, texts, seed=np.int64(3), **run)) == 1
+    for seed in (2**32, True):
+        with pytest.raises(InvalidParameterError, match="'seed' parameter"):
+            within_task_pretrain(backbone, texts, seed=seed, **run)

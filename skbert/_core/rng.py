@@ -37,6 +37,7 @@ def set_device_rng_state(device: torch.device, rng_state) -> None:
 
 def reseed(seed: int, device: torch.device | None = None) -> None:
     """Seed the CPU's generator and, for a CUDA or MPS ``device``, that device's one only."""
+    seed = int(seed)  # a numpy integer too (torch's generators take Python ints only)
     torch.random.default_generator.manual_seed(seed)
     if device is None:
         return

@@ -13,7 +13,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state
 
 from .._core.deprecations import (
@@ -35,6 +35,7 @@ from .._text.encoding import encode_texts, pad_batch
 from .._training.distributed import shared_seed
 from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from ..truncation import STRATEGIES
+from .constraints import RANDOM_STATE, Number
 from .model_source import fitted_encoder_source, load_encoder
 from .persistence import folder as _persistence
 from .persistence.registry import register_estimator
@@ -93,13 +94,13 @@ class BertEstimatorBase(BaseEstimator):
         "layer": [Integral, tuple, list],  # ranges are checked against the model in fit
         "layer_combine": [StrOptions({"concat", "mean", "max"})],
         "truncation": [StrOptions(set(STRATEGIES))],
-        "max_length": [Interval(Integral, 3, None, closed="left"), None],
-        "head_length": [Interval(Integral, 0, None, closed="left")],
+        "max_length": [Number(Integral, 3, None, closed="left"), None],
+        "head_length": [Number(Integral, 0, None, closed="left")],
         "chunk_pooling": [StrOptions(set(CHUNK_POOLINGS))],
-        "max_chunks": [Interval(Integral, 1, None, closed="left"), None],
+        "max_chunks": [Number(Integral, 1, None, closed="left"), None],
         # subclasses narrow it to the modes they offer; "head" is the old spelling of "top"
         "fine_tune": [fine_tune_constraint(FINE_TUNE_MODES)],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Number(Integral, 1, None, closed="left")],
         "device": [str],
         "precision": [StrOptions(set(PRECISIONS))],
         "verbose": ["verbose"],
@@ -108,21 +109,21 @@ class BertEstimatorBase(BaseEstimator):
     #: constraints of the training parameters, for the estimators that train
     _training_constraints: dict = {
         "cnn_kernel_sizes": [tuple, list],
-        "cnn_channels": [Interval(Integral, 1, None, closed="left")],
+        "cnn_channels": [Number(Integral, 1, None, closed="left")],
         # AdamW rates above 1 only diverge (1e6 trained to NaN, 1e38 overflowed)
-        "learning_rate": [Interval(Real, 0, 1, closed="right")],
-        "layer_lr_decay": [Interval(Real, 0, 1, closed="right")],
-        "top_learning_rate": [Interval(Real, 0, 1, closed="right"), None],
+        "learning_rate": [Number(Real, 0, 1, closed="right")],
+        "layer_lr_decay": [Number(Real, 0, 1, closed="right")],
+        "top_learning_rate": [Number(Real, 0, 1, closed="right"), None],
         "head_learning_rate": head_learning_rate_constraint(
-            [Interval(Real, 0, 1, closed="right"), None]
+            [Number(Real, 0, 1, closed="right"), None]
         ),
-        "weight_decay": [Interval(Real, 0, None, closed="left")],
-        "warmup_fraction": [Interval(Real, 0, 1, closed="both")],
-        "max_epochs": [Interval(Integral, 1, None, closed="left")],
-        "random_state": ["random_state"],
+        "weight_decay": [Number(Real, 0, None, closed="left")],
+        "warmup_fraction": [Number(Real, 0, 1, closed="both")],
+        "max_epochs": [Number(Integral, 1, None, closed="left")],
+        "random_state": RANDOM_STATE,
         "warm_start": ["boolean"],
         "checkpoint_dir": [None, str, os.PathLike],
-        "checkpoint_steps": [Interval(Integral, 1, None, closed="left")],
+        "checkpoint_steps": [Number(Integral, 1, None, closed="left")],
     }
 
     #: read-out fields and the parameters that set them: warm_start cannot change them

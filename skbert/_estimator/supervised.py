@@ -18,7 +18,6 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.model_selection import train_test_split
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from .._core.deprecations import fine_tune_constraint
@@ -29,6 +28,7 @@ from .._nn.network import TaskNetwork
 from .._text.encoding import refuse_chunked_pairs
 from .._training.loop import length_grouped_batches, train
 from .base import BertEstimatorBase
+from .constraints import Number
 from .training_settings import resolve_training_settings
 from .validation import check_texts
 
@@ -55,12 +55,12 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
         **BertEstimatorBase._parameter_constraints,
         **BertEstimatorBase._training_constraints,
         "fine_tune": [fine_tune_constraint({"full", "top"})],
-        "dropout": [Interval(Real, 0, 1, closed="left")],
+        "dropout": [Number(Real, 0, 1, closed="left")],
         "early_stopping": ["boolean"],
-        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
-        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
-        "mlm_steps": [Interval(Integral, 0, None, closed="left")],
-        "mlm_probability": [Interval(Real, 0, 1, closed="neither")],
+        "validation_fraction": [Number(Real, 0, 1, closed="neither")],
+        "n_iter_no_change": [Number(Integral, 1, None, closed="left")],
+        "mlm_steps": [Number(Integral, 0, None, closed="left")],
+        "mlm_probability": [Number(Real, 0, 1, closed="neither")],
     }
 
     #: what the messages call the estimator ("classifier", "regressor")
