@@ -23,9 +23,13 @@ How a parameter's depth is found:
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from numbers import Real
+
+import numpy as np
+import torch
 
 from ._core.deprecations import NOT_GIVEN, read_top_learning_rate, warn_head_learning_rate
 
@@ -81,15 +85,17 @@ def parameter_depths(backbone) -> dict:
 def _check_rates(learning_rate, layer_lr_decay, top_learning_rate, weight_decay) -> None:
     """The ranges the estimators' parameter checks hold their values to."""
     checks = (
-        ("learning_rate", learning_rate, "a float > 0", lambda v: v > 0),
+        ("learning_rate", learning_rate, "a finite float > 0", lambda v: v > 0),
         ("layer_lr_decay", layer_lr_decay, "a float in (0, 1]", lambda v: 0 < v <= 1),
-        ("top_learning_rate", top_learning_rate, "a float > 0 or None", lambda v: v > 0),
-        ("weight_decay", weight_decay, "a float >= 0", lambda v: v >= 0),
+        ("top_learning_rate", top_learning_rate, "a finite float > 0 or None", lambda v: v > 0),
+        ("weight_decay", weight_decay, "a finite float >= 0", lambda v: v >= 0),
     )
     for name, value, allowed, fits in checks:
         if name == "top_learning_rate" and value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, Real) or not fits(float(value)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real):
+            raise TypeError(f"{name}={value!r} is not allowed; use {allowed}.")
+        if not math.isfinite(value) or not fits(float(value)):
             raise ValueError(f"{name}={value!r} is not allowed; use {allowed}.")
 
 
@@ -134,9 +140,19 @@ def layerwise_param_groups(
     Raises
     ------
     ValueError
-        For a rate, decay factor or weight decay out of its range.
+        For a rate, decay factor or weight decay out of its range (or not finite).
+    TypeError
+        For a rate, decay factor or weight decay that is not a number (a bool is not), a
+        ``train_backbone`` that is not a bool, or a ``network`` without a ``backbone``.
     """
-    backbone = network.backbone
+    backbone = getattr(network, "backbone", None)
+    if not isinstance(network, torch.nn.Module) or not isinstance(backbone, torch.nn.Module):
+        raise TypeError(
+            f"network must be a torch module with a Hugging Face encoder as its .backbone (an "
+            f"skbert network, e.g. a fitted estimator's network_); got {type(network).__name__}."
+        )
+    if not isinstance(train_backbone, (bool, np.bool_)):
+        raise TypeError(f"train_backbone={train_backbone!r} is not allowed; use True or False.")
     n_layers = int(backbone.config.num_hidden_layers)
     if head_learning_rate != NOT_GIVEN:
         warn_head_learning_rate(stacklevel=2)  # the caller of this function

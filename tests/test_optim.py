@@ -144,7 +144,10 @@ def test_rates_out_of_range_are_refused(tiny_bert):
     _, backbone = load_backbone(tiny_bert)
     network = Wrapper(backbone)
     bad = [
-        ({"learning_rate": 0.0}, r"learning_rate=0.0 is not allowed; use a float > 0"),
+        ({"learning_rate": 0.0}, r"learning_rate=0.0 is not allowed; use a finite float > 0"),
+        ({"learning_rate": float("inf")}, r"learning_rate=inf is not allowed"),
+        ({"learning_rate": 1e-3, "top_learning_rate": float("inf")}, "top_learning_rate=inf"),
+        ({"learning_rate": 1e-3, "weight_decay": float("inf")}, "weight_decay=inf"),
         ({"learning_rate": 1e-3, "layer_lr_decay": -0.5}, r"layer_lr_decay=-0.5 .* \(0, 1\]"),
         ({"learning_rate": 1e-3, "top_learning_rate": -1.0}, "top_learning_rate=-1.0"),
         ({"learning_rate": 1e-3, "weight_decay": -0.1}, r"weight_decay=-0.1 .* >= 0"),
@@ -152,6 +155,18 @@ def test_rates_out_of_range_are_refused(tiny_bert):
     for kwargs, match in bad:
         with pytest.raises(ValueError, match=match):
             layerwise_param_groups(network, **kwargs)
+    # not numbers, a train_backbone that is no bool ("no" counted as true), no network
+    wrong = [
+        ({"learning_rate": "1e-3"}, "learning_rate='1e-3' is not allowed"),
+        ({"learning_rate": True}, "learning_rate=True is not allowed"),
+        ({"learning_rate": 1e-3, "train_backbone": "no"}, "train_backbone='no' is not allowed"),
+    ]
+    for kwargs, match in wrong:
+        with pytest.raises(TypeError, match=match):
+            layerwise_param_groups(network, **kwargs)
+    for other in (None, backbone):  # the encoder itself has no .backbone
+        with pytest.raises(TypeError, match="network must be a torch module with a Hugging"):
+            layerwise_param_groups(other, learning_rate=1e-3)
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="name one rate"):
         layerwise_param_groups(
             network, learning_rate=1e-3, top_learning_rate=5e-2, head_learning_rate=None

@@ -234,3 +234,24 @@ def test_a_bytes_path_is_refused_before_anything_is_written(tiny_bert, tmp_path)
         with pytest.raises(TypeError, match="got bytes"):
             write(target)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_path_is_refused_before_any_work(tiny_bert, tmp_path, monkeypatch):
+    """further_pretrain(texts, '') trained, then failed in os.makedirs(''); checkpoint_dir=''
+    failed after the model loaded, naming no parameter; memory='' wrote the feature cache
+    into the working directory."""
+    from skbert import BertTextClassifier
+    from skbert.pretraining import further_pretrain
+
+    monkeypatch.chdir(tmp_path)
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS[:1])
+    for write in (est.save, est.save_pretrained):
+        with pytest.raises(ValueError, match="path='' is not a folder path"):
+            write("")
+    with pytest.raises(ValueError, match="output_dir='' is not a folder path"):
+        further_pretrain(TEXTS, "", model=str(tmp_path / "no-model"))
+    with pytest.raises(ValueError, match="checkpoint_dir='' is not a folder path"):
+        BertTextClassifier(str(tmp_path / "no-model"), checkpoint_dir="").fit(TEXTS[:2], [0, 1])
+    with pytest.raises(ValueError, match="memory='' is not a folder path"):
+        BertSentenceTransformer(tiny_bert, device="cpu", memory="").fit(TEXTS[:1])
+    assert list(tmp_path.iterdir()) == []

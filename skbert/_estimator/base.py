@@ -151,6 +151,8 @@ class BertEstimatorBase(BaseEstimator):
         ``keep_learned`` (``warm_start``) every fitted attribute; warn for old spellings. A
         warm start trains, so the feature cache's key of the weights it began from goes."""
         check_device_name(self.device)  # a fit that loads nothing on it (memory=) too
+        if self.checkpoint_dir is not None:  # a file or '' before the model loads
+            check_output_dir(self.checkpoint_dir, "checkpoint_dir")
         forget_fit(self)
         if keep_learned:
             self._forget("feature_fingerprint_")

@@ -35,6 +35,11 @@ def memory_location(memory, fine_tune_mode: str):
     if memory is None or fine_tune_mode != "none":
         return None
     memory = os.fspath(memory) if isinstance(memory, os.PathLike) else memory
+    if memory == "":  # joblib reads '' as the working directory: files written there
+        raise ValueError(
+            "memory='' is not a folder path; give a folder for the feature cache (created if "
+            "missing), or memory=None."
+        )
     if isinstance(memory, str) and os.path.exists(memory) and not os.path.isdir(memory):
         raise FeatureCacheError(
             f"memory={memory!r} is a file, not a folder: the feature cache is a folder of its "

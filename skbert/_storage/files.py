@@ -159,6 +159,11 @@ def check_output_dir(
         raise TypeError(
             f"{name} must be a folder path (a str or os.PathLike), got {type(path).__name__}."
         ) from None
+    if path == "":  # os.makedirs('') fails only when the writing starts (after the work)
+        raise ValueError(
+            f"{name}='' is not a folder path; give a folder (created if missing), e.g. "
+            f"{name}='out'."
+        )
     if isinstance(path, bytes):  # os.fspath passes bytes through; the writers join str
         raise TypeError(
             f"{name} must be a folder path (a str or os.PathLike), got bytes {path!r}; "
