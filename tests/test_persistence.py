@@ -503,6 +503,9 @@ def test_load_refuses_tampered_manifests(saved, tmp_path, edit, message):
 
 
 def test_load_errors_name_the_path(saved, tmp_path):
+    for path in (None, 123, b"clf"):
+        with pytest.raises(TypeError, match=rf"path={path!r} is not a folder path"):
+            skbert.load(path)
     with pytest.raises(FileNotFoundError, match="nowhere"):
         skbert.load(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()

@@ -100,6 +100,8 @@ def load(path):
         interrupted while it replaced a previous save names where that one is kept).
     NotADirectoryError
         If ``path`` is a file.
+    TypeError
+        If ``path`` is not a str or os.PathLike.
     ValueError
         If the folder is corrupt, was written by a newer skbert, or names a class that skbert
         does not load; the message names the folder and what is wrong.
@@ -120,6 +122,11 @@ def load(path):
     >>> (loaded.transform(texts) == est.transform(texts)).all()  # doctest: +SKIP
     np.True_
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"path={path!r} is not a folder path; give the folder (a str or os.PathLike) that "
+            "an estimator's save wrote."
+        )
     folder = Path(os.fspath(path)).expanduser()
     try:
         return _read_estimator(folder, depth=0)
