@@ -408,7 +408,7 @@ class BertSentenceTransformer(
         trains = settings.trains
         self._start_fit(keep_learned=trains and self.warm_start and "network_" in vars(self))
         if not trains:
-            warn_untrained_objective(self.objective, self.fine_tune)
+            warn_untrained_objective(self.objective, self.fine_tune, self.wise_alpha)
             if memory_location(self.memory, read_fine_tune(self.fine_tune)) is not None:
                 fit_for_cache(self)
             else:

@@ -872,6 +872,22 @@ def test_a_finished_checkpointed_fit_reruns_with_another_wise_alpha(
     np.testing.assert_array_equal(again.transform(TEXTS), expected)
 
 
+@pytest.mark.parametrize("fine_tune", ["none", "top"])
+def test_wise_alpha_without_a_trained_encoder_warns(tiny_bert, fine_tune):
+    """The encoder does not train, so there is nothing to blend: the value was ignored
+    without a word (objective warned with fine_tune='none', wise_alpha did not)."""
+    params = {"pooling": "cnn"} if fine_tune == "top" else {}
+    est = BertSentenceTransformer(tiny_bert, device="cpu", fine_tune=fine_tune, **params)
+    y = LABELS if fine_tune == "top" else None
+    with pytest.warns(
+        UserWarning, match=rf"wise_alpha=0.5 is ignored with fine_tune='{fine_tune}'"
+    ):
+        est.set_params(wise_alpha=0.5).fit(TEXTS, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est.set_params(wise_alpha=1.0).fit(TEXTS, y)  # the default says nothing
+
+
 def test_wise_alpha_errors(tiny_bert):
     from skbert._training.weight_averaging import StartingWeights
 

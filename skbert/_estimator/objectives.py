@@ -133,8 +133,9 @@ def resolve_objective(objective: str, fine_tune: str, second, y) -> str:
     return objective
 
 
-def warn_untrained_objective(objective: str, fine_tune: str) -> None:
-    """Warn that ``objective`` is set but ``fine_tune="none"`` trains nothing.
+def warn_untrained_objective(objective: str, fine_tune: str, wise_alpha=1.0) -> None:
+    """Warn that ``objective`` (or ``wise_alpha``) is set but ``fine_tune="none"`` trains
+    nothing.
 
     A fit with ``fine_tune="none"`` loads the encoder as it is: ``objective`` (and every other
     training parameter) has no effect, which ``BertSentenceTransformer(objective=
@@ -145,6 +146,20 @@ def warn_untrained_objective(objective: str, fine_tune: str) -> None:
         warnings.warn(
             f"objective={objective!r} is ignored with fine_tune={fine_tune!r}, which loads the "
             "encoder without training it; set fine_tune='full' (or 'top') to train it.",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
+    warn_unblended(wise_alpha, fine_tune)
+
+
+def warn_unblended(wise_alpha, fine_tune: str) -> None:
+    """Warn that ``wise_alpha`` is set but the encoder does not train (``fine_tune="none"`` or
+    ``"top"``): there is nothing to blend, so it has no effect."""
+    if wise_alpha != 1:
+        warnings.warn(
+            f"wise_alpha={wise_alpha!r} is ignored with fine_tune={fine_tune!r}, which does not "
+            "train the encoder: there are no trained weights to blend with the pre-trained "
+            "ones; it acts with fine_tune='full'.",
             UserWarning,
             stacklevel=user_stacklevel(),
         )

@@ -9,6 +9,7 @@ into the trained encoder (:mod:`skbert._training.weight_averaging` does the arit
 from __future__ import annotations
 
 from .._training.weight_averaging import StartingWeights
+from .objectives import warn_unblended
 from .parameter_docs import numpydoc_entries
 
 __all__ = ["WISE_PARAMETERS", "average_back", "starting_weights"]
@@ -37,6 +38,8 @@ def starting_weights(estimator, encoder, train_backbone: bool) -> StartingWeight
     when nothing is averaged (``wise_alpha=1``, or the encoder does not train)."""
     if estimator.wise_alpha < 1 and train_backbone:
         return StartingWeights(encoder, prefix="backbone.")
+    if not train_backbone:
+        warn_unblended(estimator.wise_alpha, estimator.fine_tune)
     return None
 
 
