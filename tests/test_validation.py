@@ -305,3 +305,31 @@ def test_within_task_pretrain_takes_numpy_seeds_and_refuses_seeds_numpy_cannot(t
     for seed in (2**32, True):
         with pytest.raises(InvalidParameterError, match="'seed' parameter"):
             within_task_pretrain(backbone, texts, seed=seed, **run)
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({"layer": ()}, ValueError, r"layer=\(\) is empty"),
+        ({"layer": (1, True)}, TypeError, r"layer=\(1, True\) must be an int or a tuple"),
+        ({"cnn_kernel_sizes": ()}, ValueError, r"cnn_kernel_sizes=\(\) is empty"),
+        ({"cnn_kernel_sizes": (3, 0)}, ValueError, r"cnn_kernel_sizes=\(3, 0\) holds 0"),
+        (
+            {"pooling": "pooler", "layer": (-2, -1), "layer_combine": "concat"},
+            ValueError,
+            "pooling='pooler' reads one hidden state per token",
+        ),
+    ],
+)
+@pytest.mark.parametrize("cls_name", ["BertSentenceTransformer", "BertTextClassifier"])
+def test_readout_parameters_are_checked_before_the_model_loads(
+    cls_name, params, error, match, tmp_path
+):
+    """They need no model, but failed only after its weights had loaded (or downloaded)."""
+    import skbert
+
+    est = getattr(skbert, cls_name)(str(tmp_path / "no-model"), **params)
+    with pytest.raises(error, match=match):
+        est.fit(["a dog", "a cat"]) if cls_name == "BertSentenceTransformer" else est.fit(
+            ["a dog", "a cat"], [0, 1]
+        )

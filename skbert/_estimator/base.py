@@ -40,7 +40,7 @@ from .model_source import fitted_encoder_source, load_encoder
 from .persistence import folder as _persistence
 from .persistence.registry import register_estimator
 from .prediction_cache import forget_fit, prediction_cache, remembered
-from .readout import resolve_readout
+from .readout import check_readout_parameters, resolve_readout
 
 __all__ = ["BertEstimatorBase"]
 
@@ -153,6 +153,7 @@ class BertEstimatorBase(BaseEstimator):
         check_device_name(self.device)  # a fit that loads nothing on it (memory=) too
         if self.checkpoint_dir is not None:  # a file or '' before the model loads
             check_output_dir(self.checkpoint_dir, "checkpoint_dir")
+        check_readout_parameters(self.get_params(deep=False))
         forget_fit(self)
         if keep_learned:
             self._forget("feature_fingerprint_")

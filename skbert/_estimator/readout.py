@@ -11,10 +11,33 @@ interprets the raw parameters again.
 
 from __future__ import annotations
 
+import sys
+
 from .._nn.readout import Readout
 from .validation import check_kernel_sizes, check_layers
 
-__all__ = ["resolve_readout"]
+__all__ = ["check_readout_parameters", "resolve_readout"]
+
+
+def check_readout_parameters(params: dict) -> None:
+    """The read-out checks that need no model, run before it loads (a bad ``layer`` form,
+    CNN kernel sizes or ``pooling="pooler"`` on concatenated layers failed only after the
+    weights loaded, or were downloaded); the ranges that need the model wait for
+    :func:`resolve_readout`.
+
+    Parameters
+    ----------
+    params : dict
+        The estimator's parameters (``get_params()``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`resolve_readout` does for these parameters.
+    """
+    layers = check_layers(params["layer"], sys.maxsize)  # its form; its range needs the model
+    check_kernel_sizes(params.get("cnn_kernel_sizes", (1, 3, 5)))
+    _refuse_wide_pooler(params, layers, "the encoder's hidden size")
 
 
 def resolve_readout(params: dict, config, specials, max_model_length: int) -> Readout:
@@ -59,13 +82,7 @@ def resolve_readout(params: dict, config, specials, max_model_length: int) -> Re
         )
     n_hidden_states = config.num_hidden_layers + 1
     layers = check_layers(params["layer"], n_hidden_states)
-    if params["pooling"] == "pooler" and len(layers) > 1 and params["layer_combine"] == "concat":
-        raise ValueError(
-            f"pooling='pooler' reads one hidden state per token (the pooler's dense layer takes "
-            f"{config.hidden_size} values), but layer={params['layer']!r} with "
-            "layer_combine='concat' widens it; use one layer, or layer_combine='mean' or "
-            "'max'."
-        )
+    _refuse_wide_pooler(params, layers, str(config.hidden_size))
     return Readout(
         truncation=params["truncation"],
         max_length=max_length,
@@ -80,3 +97,12 @@ def resolve_readout(params: dict, config, specials, max_model_length: int) -> Re
         cnn_kernel_sizes=check_kernel_sizes(params.get("cnn_kernel_sizes", (1, 3, 5))),
         cnn_channels=params.get("cnn_channels", 128),
     )
+
+
+def _refuse_wide_pooler(params: dict, layers: tuple, width: str) -> None:
+    if params["pooling"] == "pooler" and len(layers) > 1 and params["layer_combine"] == "concat":
+        raise ValueError(
+            f"pooling='pooler' reads one hidden state per token (the pooler's dense layer takes "
+            f"{width} values), but layer={params['layer']!r} with layer_combine='concat' "
+            "widens it; use one layer, or layer_combine='mean' or 'max'."
+        )
