@@ -406,7 +406,8 @@ class BertSentenceTransformer(
         first, second = check_texts(X)
         settings = resolve_training_settings(self.get_params(deep=False))
         trains = settings.trains
-        self._start_fit(keep_learned=trains and self.warm_start and "network_" in vars(self))
+        continuing = trains and self.warm_start and "network_" in vars(self)
+        self._start_fit(keep_learned=continuing, trains=trains)
         if not trains:
             warn_untrained_objective(self.objective, self.fine_tune, self.wise_alpha)
             if memory_location(self.memory, read_fine_tune(self.fine_tune)) is not None:

@@ -333,3 +333,20 @@ def test_readout_parameters_are_checked_before_the_model_loads(
         est.fit(["a dog", "a cat"]) if cls_name == "BertSentenceTransformer" else est.fit(
             ["a dog", "a cat"], [0, 1]
         )
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine without CUDA")
+@pytest.mark.parametrize("cls_name", ["BertSentenceTransformer", "BertTextClassifier"])
+def test_a_fit_that_trains_refuses_a_missing_device_before_the_model_loads(cls_name, tmp_path):
+    """It raised after the model had loaded (or downloaded); a fit that trains nothing
+    (fine_tune='none') still takes device='cuda', for predicting on a GPU elsewhere."""
+    import skbert
+
+    cls = getattr(skbert, cls_name)
+    params = {"fine_tune": "full"} if cls_name == "BertSentenceTransformer" else {}
+    est = cls(str(tmp_path / "no-model"), device="cuda", **params)
+    with pytest.raises(RuntimeError, match="device='cuda' but CUDA is not available"):
+        est.fit(["a dog", "a cat"], [0, 1])
+    if cls_name == "BertSentenceTransformer":
+        with pytest.raises(OSError, match="no such directory"):  # got as far as the model
+            est.set_params(fine_tune="none").fit(["a dog", "a cat"])

@@ -146,11 +146,14 @@ class BertEstimatorBase(BaseEstimator):
     _SAVED_FITTED = ("network_", "tokenizer_", "special_tokens_", "readout_", "max_length_")
 
     # ------------------------------------------------------------------ fitting helpers
-    def _start_fit(self, keep_learned: bool) -> None:
+    def _start_fit(self, keep_learned: bool, trains: bool = True) -> None:
         """Reset what a previous ``fit`` left: the prediction caches, and unless
         ``keep_learned`` (``warm_start``) every fitted attribute; warn for old spellings. A
-        warm start trains, so the feature cache's key of the weights it began from goes."""
+        warm start trains, so the feature cache's key of the weights it began from goes.
+        A fit that ``trains`` refuses a device this machine lacks before the model loads."""
         check_device_name(self.device)  # a fit that loads nothing on it (memory=) too
+        if trains:
+            resolve_device(self.device)
         if self.checkpoint_dir is not None:  # a file or '' before the model loads
             check_output_dir(self.checkpoint_dir, "checkpoint_dir")
         check_readout_parameters(self.get_params(deep=False))
