@@ -149,6 +149,15 @@ def sts_spearman_scorer(estimator, X, y) -> float:
     >>> from skbert.metrics import sts_spearman_scorer
     >>> search = GridSearchCV(BertSentenceTransformer(), {"pooling": ["cls", "mean"]},
     ...                       scoring=sts_spearman_scorer)  # doctest: +SKIP
+
+    Called on its own, it scores the cosine of the untrained vectors (``fine_tune="none"``)
+    on 200 pairs of the STS-B test set:
+
+    >>> from skbert.datasets import load_stsb
+    >>> X, y = load_stsb("test", return_X_y=True)
+    >>> est = BertSentenceTransformer().fit(X[:200])  # doctest: +SKIP
+    >>> round(sts_spearman_scorer(est, X[:200], y[:200]), 3)  # doctest: +SKIP
+    0.931
     """
     return _similarity_correlation(spearmanr, estimator, X, y)
 
@@ -253,6 +262,21 @@ def spearman_scorer(estimator, X, y) -> float:
     >>> from skbert.metrics import spearman_scorer
     >>> search = GridSearchCV(BertTextRegressor(), {"pooling": ["cls", "mean"]},
     ...                       scoring=spearman_scorer)  # doctest: +SKIP
+
+    Any regressor: ridge regression on the untrained vectors of 150 STS-B pairs (each pair
+    encoded as one input), cross-validated:
+
+    >>> from sklearn.linear_model import Ridge
+    >>> from sklearn.model_selection import cross_val_score
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from skbert import BertSentenceTransformer
+    >>> from skbert.datasets import load_stsb
+    >>> X, y = load_stsb("train", return_X_y=True)
+    >>> pipe = make_pipeline(BertSentenceTransformer(), Ridge())
+    >>> scores = cross_val_score(pipe, X[:150], y[:150], scoring=spearman_scorer,
+    ...                          cv=3)  # doctest: +SKIP
+    >>> print(round(scores.mean(), 3))  # doctest: +SKIP
+    0.522
     """
     return _correlation(spearmanr, estimator, X, y)
 

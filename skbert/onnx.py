@@ -114,9 +114,28 @@ def export_onnx(estimator, path, *, opset=None):
 
     Examples
     --------
+    A sentence transformer that trains nothing (``fine_tune="none"``, the default), exported,
+    then run with onnxruntime and the saved tokenizer alone, as where it is deployed:
+
+    >>> import json
+    >>> import numpy as np
+    >>> import onnxruntime  # doctest: +SKIP
+    >>> from transformers import AutoTokenizer
     >>> import skbert
-    >>> skbert.export_onnx(fitted_estimator, "exported")  # doctest: +SKIP
-    'exported'
+    >>> from skbert import BertSentenceTransformer
+    >>> texts = ["a gripping, beautiful film", "dull and far too long"]
+    >>> est = BertSentenceTransformer(precision="fp32").fit(texts)  # doctest: +SKIP
+    >>> skbert.export_onnx(est, "exported-minilm")  # doctest: +SKIP
+    'exported-minilm'
+    >>> with open("exported-minilm/skbert-onnx.json") as f:  # doctest: +SKIP
+    ...     info = json.load(f)
+    >>> tokenizer = AutoTokenizer.from_pretrained("exported-minilm")  # doctest: +SKIP
+    >>> session = onnxruntime.InferenceSession("exported-minilm/model.onnx")  # doctest: +SKIP
+    >>> encoded = tokenizer(texts, **info["tokenizer_call"])  # doctest: +SKIP
+    >>> inputs = {name: encoded[name] for name in info["inputs"]}  # doctest: +SKIP
+    >>> (vectors,) = session.run(["embeddings"], inputs)  # doctest: +SKIP
+    >>> np.allclose(vectors, est.transform(texts), atol=1e-4)  # doctest: +SKIP
+    True
     """
     kinds = (BertSentenceTransformer, BertTextClassifier, BertTextRegressor)
     if not isinstance(estimator, kinds):

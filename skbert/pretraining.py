@@ -337,11 +337,19 @@ def further_pretrain(
 
     Examples
     --------
+    Masked-LM training on the demo reviews (real runs take thousands of steps), then:
+
     >>> from skbert import BertTextClassifier
+    >>> from skbert.datasets import load_demo_sentiment
     >>> from skbert.pretraining import further_pretrain
-    >>> path = further_pretrain(unlabelled_reviews, "minilm-reviews", max_steps=2000,
-    ...                         random_state=0)  # doctest: +SKIP
-    >>> clf = BertTextClassifier(model=path).fit(texts, labels)  # doctest: +SKIP
+    >>> X, y = load_demo_sentiment(return_X_y=True)
+    >>> path = further_pretrain(X, "minilm-reviews", max_steps=20, max_length=64,
+    ...                         batch_size=16, random_state=0, verbose=0)  # doctest: +SKIP
+    >>> path  # doctest: +SKIP
+    'minilm-reviews'
+    >>> clf = BertTextClassifier(model=path, fine_tune="top", random_state=0)  # doctest: +SKIP
+    >>> clf.fit(X[:200], y[:200]).classes_  # doctest: +SKIP
+    array([0, 1])
     """
     output_dir = check_output_dir(output_dir, "output_dir")  # before, not after, training
     first, second = check_texts(texts, "texts")  # None, NaN: errors, not "None", "nan"
@@ -492,11 +500,18 @@ def within_task_pretrain(
 
     Examples
     --------
+    Twenty steps of 16 windows on the demo reviews (under one pass: one mean loss):
+
     >>> from transformers import AutoModel
+    >>> from skbert.datasets import load_demo_sentiment
     >>> from skbert.pretraining import within_task_pretrain
-    >>> backbone = AutoModel.from_pretrained("bert-base-uncased")  # doctest: +SKIP
-    >>> losses = within_task_pretrain(backbone, task_texts, model="bert-base-uncased",
-    ...                               max_steps=100, max_length=128)  # doctest: +SKIP
+    >>> texts = list(load_demo_sentiment().data)
+    >>> model = "sentence-transformers/all-MiniLM-L6-v2"
+    >>> backbone = AutoModel.from_pretrained(model)  # doctest: +SKIP
+    >>> losses = within_task_pretrain(backbone, texts, model=model, max_steps=20,
+    ...                               max_length=64, batch_size=16)  # doctest: +SKIP
+    >>> len(losses)  # doctest: +SKIP
+    1
     """
     run = _MaskedLMRun(
         max_steps=max_steps,
