@@ -13,6 +13,7 @@ use of ``skbert.export_onnx``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import json
@@ -65,7 +66,9 @@ def export_onnx(estimator, path, *, opset=None):
     - :class:`~skbert.BertTextClassifier`: ``probabilities`` (``predict_proba``, columns in
       the order of ``classes_``) and ``logits`` (``decision_function``, which for two classes
       is ``logits[:, 1] - logits[:, 0]``); the predicted class is ``classes_`` of the largest
-      probability (for multi-label, each label whose probability exceeds 0.5); both float32;
+      probability (for multi-label, each label whose logit is above 0, as ``predict`` reads
+      it: a probability that rounds to 0.5 in float32 can hide a logit just above 0); both
+      float32;
     - :class:`~skbert.BertTextRegressor`: ``predictions``, float64 in the units of ``y`` (the
       standardisation of the targets is folded into the graph, in float64 as ``predict``
       applies it), of shape ``(batch, n_outputs_)``: column 0 is ``predict`` for a 1-D ``y``.
@@ -80,14 +83,17 @@ def export_onnx(estimator, path, *, opset=None):
     raise.
 
     The network is float32 whatever ``precision``: it matches the estimator's outputs with
-    ``precision="fp32"`` within float32 rounding (1e-4 in skbert's tests), not bit for bit.
+    ``precision="fp32"`` within float32 rounding (1e-4 in skbert's tests; a regressor's
+    within 1e-4 of ``target_scale_``, the spread of y), not bit for bit.
 
     Parameters
     ----------
     estimator : BertSentenceTransformer, BertTextClassifier or BertTextRegressor
         A fitted estimator (a transformer with ``fine_tune="none"``, never trained, too).
     path : str or os.PathLike
-        The folder to write (created if missing): ``model.onnx`` (and ``model.onnx.data``
+        The folder to write: a new path, an empty folder or a previous export (whose files
+        are replaced, a ``model.onnx.data`` the new graph does not use removed). It gets
+        ``model.onnx`` (and ``model.onnx.data``
         for a graph over 1 GiB), the tokenizer's files, and ``skbert-onnx.json``, which
         records the input and output names and their meaning, ``max_length``, the truncation
         settings, the special tokens, ``classes_`` and the skbert version.
@@ -107,8 +113,11 @@ def export_onnx(estimator, path, *, opset=None):
     TypeError
         If ``estimator`` is not one of skbert's estimators.
     ValueError
-        For an ``opset`` below 18, or a ``chunk_pooling`` whose per-window outputs cannot
-        be pooled into the estimator's (named in the message).
+        For an ``opset`` below 18 or above the newest the installed onnx knows, or a
+        ``chunk_pooling`` whose per-window outputs cannot be pooled into the estimator's
+        (named in the message).
+    FileExistsError
+        If ``path`` is a folder with files in it that is not a previous export.
     ImportError
         If ``onnx`` or ``onnxscript`` is missing (``pip install "skbert[onnx]"``).
 
@@ -156,6 +165,7 @@ def export_onnx(estimator, path, *, opset=None):
             "torch's ONNX exporter writes), or None for torch's default."
         )
     check_is_fitted(estimator)
+    opset = None if opset is None else int(opset)  # a numpy int too, written to the JSON
     if "dynamo" not in inspect.signature(torch.onnx.export).parameters:
         raise RuntimeError(
             f"export_onnx needs torch's torch.export-based ONNX exporter "
@@ -164,11 +174,13 @@ def export_onnx(estimator, path, *, opset=None):
         )
     _require("onnx")
     _require("onnxscript")
+    _check_newest_opset(opset)
+    folder = check_output_dir(path, "path")
+    _check_replaceable(folder)
     plan = _plan(estimator)
     # a float32 copy on the CPU: exporting leaves the fitted network as it is
     network = copy.deepcopy(estimator.fitted_network()).to("cpu", torch.float32).eval()
     deployed = DeployedNetwork(network, plan["finish"], **plan.get("affine", {})).eval()
-    folder = check_output_dir(path, "path")
     program = _trace(deployed, _example_batch(estimator), plan["outputs"], opset)
     inputs = [value.name for value in program.model.graph.inputs]
     written = program.model.opset_imports.get("", None)
@@ -183,10 +195,40 @@ def export_onnx(estimator, path, *, opset=None):
     text = json.dumps(metadata, indent=2, ensure_ascii=False) + "\n"
     os.makedirs(folder, exist_ok=True)
     size = sum(p.numel() * p.element_size() for p in deployed.parameters())
-    program.save(os.path.join(folder, MODEL_FILE), external_data=size > _EXTERNAL_DATA_BYTES)
+    external = size > _EXTERNAL_DATA_BYTES
+    if not external:  # a previous export's weights file beside a graph that holds its own
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(folder, MODEL_FILE + ".data"))
+    program.save(os.path.join(folder, MODEL_FILE), external_data=external)
     _save_tokenizer(estimator, folder)
     atomic_write(os.path.join(folder, METADATA_FILE), lambda h: h.write(text.encode("utf-8")))
     return folder
+
+
+def _check_newest_opset(opset) -> None:
+    """Refuse an opset newer than the installed onnx knows before the trace, the slow part
+    (the exporter would trace, then fall back to another opset)."""
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    if opset is not None and opset > newest:
+        raise ValueError(
+            f"opset={opset!r} is not allowed: the installed onnx {onnx.__version__} knows "
+            f"opsets up to {newest}; use an int from {MIN_OPSET} to {newest}, or None."
+        )
+
+
+def _check_replaceable(folder: str) -> None:
+    """Refuse to write into a folder that holds other files than a previous export's (a
+    model's checkpoint folder: the export's tokenizer files would replace its own)."""
+    if not os.path.isdir(folder) or not os.listdir(folder):
+        return
+    if not os.path.isfile(os.path.join(folder, METADATA_FILE)):
+        raise FileExistsError(
+            f"path={folder!r} is a folder with files in it that is not an export of "
+            f"export_onnx (it has no {METADATA_FILE}); its tokenizer and model files would be "
+            "overwritten: give a new path, an empty folder or a previous export."
+        )
 
 
 def _require(name: str) -> None:
@@ -276,13 +318,20 @@ def _trace(deployed, example, outputs, opset):
         names.append("token_type_ids")
         args = example
     # the exporter logs a line for each torchvision operator it cannot register
-    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = registration.level
-    registration.setLevel(logging.ERROR)
+    # and onnxscript's version converter a traceback for an opset it cannot convert to
+    # (which the fallback check after the trace reports as an error of its own)
+    loggers = [
+        logging.getLogger("torch.onnx._internal.exporter._registration"),
+        logging.getLogger("onnxscript.version_converter"),
+    ]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         return _export(deployed, args, names, axes, outputs, opset)
     finally:
-        registration.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _export(deployed, args, names, axes, outputs, opset):

@@ -19,6 +19,8 @@ pytest.importorskip("onnx", reason="the ONNX export needs the extra 'onnx'")
 pytest.importorskip("onnxscript", reason="the ONNX export needs the extra 'onnx'")
 ort = pytest.importorskip("onnxruntime", reason="running the export needs the extra 'onnx'")
 
+import torch  # noqa: E402
+
 import skbert  # noqa: E402
 from skbert import (  # noqa: E402
     BertSentenceTransformer,
@@ -148,19 +150,31 @@ def test_pairs_with_token_types_round_trip(frozen_bert):
 
 
 def test_export_leaves_the_estimator_as_it_was(frozen_bert, tmp_path):
+    """The export traces a float32 copy on the CPU: a network in another dtype (float64
+    here, as a GPU-fitted one is on CUDA) or mode keeps both (the check it replaced, that
+    the weights are floating point, held without the copy too)."""
+    import copy
+
     est, _ = frozen_bert
     before = est.transform(ALL_TEXTS)
     attributes = set(vars(est))
     skbert.export_onnx(est, tmp_path / "again")
     assert set(vars(est)) == attributes
-    assert next(est.network_.parameters()).dtype.is_floating_point
     np.testing.assert_array_equal(est.transform(ALL_TEXTS), before)
+    other = copy.deepcopy(est)
+    other.network_.double().train()
+    weights = {name: p.detach().clone() for name, p in other.network_.named_parameters()}
+    skbert.export_onnx(other, tmp_path / "float64")
+    assert other.network_.training
+    for name, param in other.network_.named_parameters():
+        assert param.dtype == torch.float64, name
+        assert torch.equal(param, weights[name]), name
 
 
 @pytest.mark.parametrize("family", ["mpnet", "deberta"])
 def test_other_families_round_trip(family, request, tmp_path_factory):
     model = request.getfixturevalue(f"tiny_{family}")
-    # max_length=64: the tiny MPNet's 80 positions hold 78 tokens, not skbert's limit of 80
+    # max_length=64: under the tiny MPNet's limit of 78 tokens (80 positions, 2 before padding)
     est = BertSentenceTransformer(
         model, pooling="cls", layer=[0, -1], layer_combine="mean", max_length=64, **FP32
     )
@@ -245,7 +259,7 @@ def test_multilabel_classifier_gives_sigmoid_probabilities(tiny_albert, tmp_path
     np.testing.assert_allclose(
         out["probabilities"], clf.predict_proba(ALL_TEXTS), rtol=0, atol=TOLERANCE
     )
-    np.testing.assert_array_equal((out["probabilities"] > 0.5) * 1, clf.predict(ALL_TEXTS))
+    np.testing.assert_array_equal((out["logits"] > 0) * 1, clf.predict(ALL_TEXTS))  # as predict
 
 
 def test_regressor_predicts_in_the_units_of_y(tiny_distilbert, tmp_path_factory):
@@ -286,10 +300,12 @@ def test_a_left_padding_tokenizer_is_saved_padding_on_the_right(tiny_bert, tmp_p
 
 def test_an_opset_the_exporter_cannot_write_fails_before_writing(frozen_bert, tmp_path):
     """torch's exporter falls back to opset 18 for an opset it does not know, keeping newer
-    operators: the export reported success and onnxruntime refused the graph."""
+    operators: the export reported success and onnxruntime refused the graph. (Opset 26 is
+    known to onnx 1.23, up to 28, but not to torch 2.13's exporter, which writes up to 25;
+    an opset newer than onnx knows is refused before the trace: the test above.)"""
     est, _ = frozen_bert
-    with pytest.raises(ValueError, match=r"opset=99 is not one torch .* fell back to opset 18"):
-        skbert.export_onnx(est, tmp_path / "out", opset=99)
+    with pytest.raises(ValueError, match=r"opset=26 is not one torch .* fell back to opset 18"):
+        skbert.export_onnx(est, tmp_path / "out", opset=26)
     assert not (tmp_path / "out").exists()
 
 
@@ -346,6 +362,35 @@ def test_packaged_model_classifier_round_trip(packaged_model, tmp_path_factory):
 def test_unfitted_estimator_raises_not_fitted(tiny_bert, tmp_path):
     with pytest.raises(NotFittedError):
         skbert.export_onnx(BertSentenceTransformer(tiny_bert), tmp_path / "out")
+
+
+def test_the_folder_opset_and_leftovers_of_an_export(frozen_bert, tmp_path, tiny_bert, monkeypatch):
+    """A numpy opset passed the check and failed writing the JSON after the whole trace; an
+    export into a model's own folder replaced its tokenizer files (a model fitted from it
+    then cut texts at the export's max_length, from the left); a graph saved without
+    external data left a previous export's model.onnx.data beside it; an opset newer than
+    onnx knows was traced first."""
+    import onnx
+
+    from skbert import onnx as exporter
+
+    est, _ = frozen_bert
+    folder = tmp_path / "numpy-opset"
+    assert skbert.export_onnx(est, folder, opset=np.int64(18)) == str(folder)
+    assert json.loads((folder / "skbert-onnx.json").read_text())["opset"] == 18
+    model_folder = tmp_path / "model"
+    shutil.copytree(tiny_bert, model_folder)
+    before = {p.name: p.read_bytes() for p in model_folder.iterdir()}
+    with pytest.raises(FileExistsError, match=r"not an export of export_onnx .* no skbert-onnx"):
+        skbert.export_onnx(est, model_folder)
+    assert {p.name: p.read_bytes() for p in model_folder.iterdir()} == before
+    (folder / "model.onnx.data").write_bytes(b"weights of a previous, larger export")
+    skbert.export_onnx(est, folder)  # a previous export: replaced
+    assert not (folder / "model.onnx.data").exists()
+    newest = onnx.defs.onnx_opset_version()
+    monkeypatch.setattr(exporter, "_trace", lambda *a: pytest.fail("traced before the check"))
+    with pytest.raises(ValueError, match=rf"opset={newest + 1} .* knows opsets up to {newest}"):
+        skbert.export_onnx(est, tmp_path / "newer", opset=newest + 1)
 
 
 def test_other_estimators_and_bad_opsets_are_refused(frozen_bert, tmp_path):
