@@ -68,11 +68,21 @@ def cosine_spearman(u, v, scores) -> float:
     -------
     float
         The Spearman correlation, between -1 and 1.
+
+    Raises
+    ------
+    ValueError
+        For ``scores`` of another shape than the pairs', or holding NaN or infinity.
     """
     cosines = paired_cosine(u, v)  # checks u and v first
     scores = np.asarray(scores, dtype=np.float64)
     if scores.shape != cosines.shape:
         raise ValueError(f"scores has shape {scores.shape}; expected {cosines.shape}.")
+    bad = np.flatnonzero(~np.isfinite(scores))  # NaN gave nan, inf ranked as the highest
+    if len(bad):
+        raise ValueError(
+            f"scores[{bad[0]}] is {float(scores[bad[0]])!r}; gold scores must be finite."
+        )
     return float(spearmanr(cosines, scores).statistic)
 
 
@@ -198,7 +208,10 @@ def _correlation(measure, estimator, X, y) -> float:
     from ._estimator.targets import refuse_non_finite
 
     predicted = np.asarray(estimator.predict(X), dtype=np.float64)
-    gold = np.asarray(y, dtype=np.float64)
+    try:
+        gold = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError) as exc:  # as the sts_* scorers name it
+        raise ValueError(f"y holds a value that is not a real number ({exc}).") from exc
     if {predicted.shape, gold.shape} == {(len(gold),), (len(gold), 1)}:
         predicted, gold = predicted.ravel(), gold.ravel()  # one output: (n,) and (n, 1) alike
     if predicted.shape != gold.shape:

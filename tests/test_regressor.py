@@ -305,6 +305,22 @@ def test_correlation_scorers_check_y_as_r2_does(scorer):
     # one sample: nan with the warning of the STS scorers (pearson raised scipy's ValueError)
     with pytest.warns(UndefinedMetricWarning, match="not defined for 1 sample"):
         assert np.isnan(scorer(ridge, features[:1], gold[:1]))
+    # a label that is no number is named as y's (numpy's message alone named nothing)
+    with pytest.raises(ValueError, match=r"y holds a value that is not a real number \(could"):
+        scorer(ridge, features, np.array([*gold[:3], "a", *gold[4:]], dtype=object))
+
+
+def test_cosine_spearman_refuses_scores_that_are_not_finite():
+    """A NaN gave nan without a word; infinity was ranked as the highest score."""
+    from skbert.metrics import cosine_spearman
+
+    rng = np.random.default_rng(0)
+    u, v = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
+    scores = np.arange(6.0)
+    assert -1 <= cosine_spearman(u, v, scores) <= 1
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match=rf"scores\[2\] is {bad!r}; gold scores must be"):
+            cosine_spearman(u, v, np.r_[scores[:2], bad, scores[3:]])
 
 
 @pytest.mark.real_model
