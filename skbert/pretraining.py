@@ -8,13 +8,10 @@ checkpoint directory that every skbert estimator takes as ``model=``;
 ``GridSearchCV`` can compare BERT-FiT and BERT-ITPT-FiT.
 
 Texts are cut into windows as ``truncation="chunks"`` cuts them (all of a text, once, in
-order). Masking is BERT's (15 % of the tokens, of which 80 % become the mask token, 10 % a
-random token, 10 % stay; optionally whole words), drawn exactly as transformers 5's
-``DataCollatorForLanguageModeling`` draws it but without depending on that class, whose
-arguments changed across the supported transformers versions (:func:`mask_batch`); the loop is
-skbert's shared one (AdamW, linear warm-up and decay, clipping, seeded). The text layer
-(``skbert._text.encoding``) cuts and pads the windows, the training layer
-(``skbert._training.masked_lm``) masks them and trains; this module is the public face.
+order). Masking is BERT's (15 % of the tokens: 80 % of them masked, 10 % random, 10 % kept;
+optionally whole words), drawn as transformers 5's ``DataCollatorForLanguageModeling`` draws
+it, without that class, whose arguments changed across transformers versions
+(:func:`mask_batch`); the loop is skbert's shared one (``skbert._training.masked_lm``).
 """
 
 from __future__ import annotations
@@ -52,7 +49,7 @@ from ._storage.files import check_output_dir
 from ._text.encoding import text_windows
 from ._training.distributed import barrier, shared_seed
 from ._training.loop import TrainingConfig
-from ._training.masked_lm import mask_batch, train_masked_lm
+from ._training.masked_lm import check_same_encoder, mask_batch, train_masked_lm
 
 __all__ = [
     "further_pretrain",
@@ -298,7 +295,7 @@ def further_pretrain(
     max_epochs : int, default=1
         Passes over the windows, when ``max_steps`` is None.
     max_length : int, default=128
-        Tokens per window, special tokens included.
+        Tokens per window, special tokens included (capped at the model's limit).
     batch_size : int, default=32
         Windows per training step.
     learning_rate : float, default=5e-5
@@ -450,8 +447,9 @@ def within_task_pretrain(
     ----------
     backbone : torch.nn.Module
         The Hugging Face encoder of ``model`` (``AutoModel``) to write the trained weights into.
-    texts : list of str
-        The task's texts (both sentences of pairs); empty ones are dropped.
+    texts : array-like of str
+        The task's texts (or a 2-column array of pairs: both sentences are used); empty ones
+        are dropped, missing ones (None, NaN) refused.
     model : str or fitted skbert estimator
         Where ``backbone`` comes from: hub id, local directory or fitted estimator.
     max_steps : int
@@ -527,7 +525,8 @@ def within_task_pretrain(
         verbose=verbose,
         desc="Within-task masked-LM",
     )
-    _, mlm, _, history = _train_masked_lm_of(model, texts, run)
+    first, second = check_texts(texts, "texts")  # None, NaN: errors, not silently dropped
+    _, mlm, _, history = _train_masked_lm_of(model, first + (second or []), run, backbone)
     result = backbone.load_state_dict(mlm.base_model.state_dict(), strict=False)
     left_out = [k for k in result.missing_keys + result.unexpected_keys if "pooler" not in k]
     if left_out:  # cannot happen for one checkpoint; guards against a mismatch
@@ -537,9 +536,8 @@ def within_task_pretrain(
 
 @dataclass(frozen=True)
 class _MaskedLMRun:
-    """The settings of one masked-LM training run, as :func:`further_pretrain` or
-    :func:`within_task_pretrain` validated them (see their parameters); what
-    :func:`_train_masked_lm_of` runs."""
+    """The settings of one masked-LM run, as :func:`further_pretrain` or
+    :func:`within_task_pretrain` validated them: what :func:`_train_masked_lm_of` runs."""
 
     max_steps: int | None  # None: max_epochs passes over the windows
     max_length: int  # tokens per window, capped at the model's positions
@@ -571,18 +569,20 @@ class _MaskedLMRun:
         )
 
 
-def _train_masked_lm_of(model, texts, run: _MaskedLMRun):
+def _train_masked_lm_of(model, texts, run: _MaskedLMRun, backbone=None):
     """Load ``model``'s masked-LM model (a new head drawn from ``run.seed``, the global RNGs
     left as they were) and train it on the windows of ``texts``: the part that
     :func:`further_pretrain` and :func:`within_task_pretrain` share.
 
     Returns ``(tokenizer, mlm, features, history)``: the trained model, its windows and the
-    :class:`~skbert._training.loop.TrainingHistory`.
+    :class:`~skbert._training.loop.TrainingHistory`; a ``backbone`` must fit the weights.
     """
     device = resolve_device(run.device)
     resolve_precision(run.precision, device)  # a bad value fails before the model loads
     with seeded(run.seed):  # a new masked-LM head's init: seeded too
         tokenizer, mlm = load_masked_lm(model)
+    if backbone is not None:
+        check_same_encoder(backbone, mlm.base_model, model)
     dtype = resolve_precision(run.precision, device, training_flops=training_flops(mlm))
     # the positions the model has (RoBERTa's scheme reserves some), as the estimators cap
     width = min(run.max_length, model_max_length(tokenizer, mlm.config))

@@ -350,3 +350,25 @@ def test_a_fit_that_trains_refuses_a_missing_device_before_the_model_loads(cls_n
     if cls_name == "BertSentenceTransformer":
         with pytest.raises(OSError, match="no such directory"):  # got as far as the model
             est.set_params(fine_tune="none").fit(["a dog", "a cat"])
+
+
+def test_within_task_pretrain_checks_its_texts_and_backbone_before_training(
+    tiny_bert, tiny_albert, monkeypatch
+):
+    """None was dropped silently and an int failed in the tokenizer after the model loaded;
+    a backbone of another architecture failed only after the whole masked-LM training."""
+    from transformers import AutoModel
+
+    import skbert.pretraining as pretraining
+    from skbert.pretraining import within_task_pretrain
+
+    backbone = AutoModel.from_pretrained(tiny_bert)
+    run = {"model": tiny_bert, "max_steps": 1, "max_length": 16}
+    with pytest.raises(ValueError, match=r"texts\[1\] is missing \(None\)"):
+        within_task_pretrain(backbone, ["a dog", None], **run)
+    with pytest.raises(TypeError, match=r"texts\[0\] is an int"):
+        within_task_pretrain(backbone, [3, "a dog"], **run)
+    monkeypatch.setattr(pretraining, "train_masked_lm", lambda *a, **k: pytest.fail("trained"))
+    other = AutoModel.from_pretrained(tiny_albert)
+    with pytest.raises(ValueError, match=r"backbone \(a AlbertModel\) is not the encoder of"):
+        within_task_pretrain(other, ["a dog", "a cat"], **run)

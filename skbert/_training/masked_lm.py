@@ -20,7 +20,7 @@ from .._nn.network import MaskedLMNetwork
 from .._text.encoding import pad_features
 from .loop import length_grouped_batches, train
 
-__all__ = ["MaskedBatch", "mask_batch", "train_masked_lm"]
+__all__ = ["MaskedBatch", "check_same_encoder", "mask_batch", "train_masked_lm"]
 
 
 def train_masked_lm(
@@ -185,3 +185,17 @@ def _word_ids(offsets, special):
     word_ids = np.cumsum(first, axis=1)
     word_ids[special] = -1
     return word_ids, first
+
+
+def check_same_encoder(backbone, encoder, model) -> None:
+    """Refuse a ``backbone`` whose weights (but the pooler's) differ in names or shapes from
+    ``encoder``'s, the masked-LM model of ``model``: before training on it, not after."""
+    shapes = [
+        {name: value.shape for name, value in module.state_dict().items() if "pooler" not in name}
+        for module in (backbone, encoder)
+    ]
+    if shapes[0] != shapes[1]:
+        raise ValueError(
+            f"backbone (a {type(backbone).__name__}) is not the encoder of model={model!r} (a "
+            f"{type(encoder).__name__}): their weights differ in names or shapes."
+        )
