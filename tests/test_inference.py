@@ -201,3 +201,28 @@ def test_torch_threads_nested_yield_the_enclosing_count():
             assert inner == 3 and torch.get_num_threads() == 1
         assert torch.get_num_threads() == 3
     assert torch.get_num_threads() == before and _fresh_thread_count() == before
+
+
+def test_torch_threads_puts_back_the_callers_own_count_and_survives_a_failed_set():
+    """A thread limited on its own (threadpoolctl) had the process's count after a
+    prediction; a failing set_num_threads left a caller counted inside for good, so later
+    callers were given a stale count."""
+    from threadpoolctl import threadpool_limits
+
+    import skbert._core.threads as threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with threadpool_limits(1, user_api="openmp"):
+            assert torch.get_num_threads() == 1
+            with threads.torch_threads(1) as usable:
+                assert usable == 2  # the process's count
+            assert torch.get_num_threads() == 1  # its own limit, still
+        with pytest.raises((RuntimeError, ValueError)):
+            with threads.torch_threads(2**31):
+                pass
+        assert threads._inside == 0
+        assert _fresh_thread_count() == 2
+    finally:
+        torch.set_num_threads(before)

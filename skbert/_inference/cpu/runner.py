@@ -28,7 +28,7 @@ __all__ = ["block_groups", "one_thread_per_block", "run_on_cpu"]
 def one_thread_per_block(device):
     """On the CPU, torch set to one thread while prediction runs (restored after, also when
     predictions in several threads overlap: :func:`~skbert._core.threads.torch_threads`);
-    yields the number of threads torch had (the cores prediction may use)."""
+    yields the cores prediction may use (the process's count, or an enclosing call's)."""
     if device.type != "cpu":
         yield torch.get_num_threads()
         return
@@ -71,6 +71,7 @@ def run_on_cpu(network, rows, blocks, bar, cores, tile, all_layers, int8=False) 
     groups = block_groups(blocks, lengths, workers, GROUP_TILES * tile)
 
     def work(group):
+        torch.get_num_threads()  # a thread's first call takes the process's count: not later
         torch.set_num_threads(1)  # per thread for OpenMP and MKL; restored by the caller
         stacked = []
         for positions, n_real in group:
