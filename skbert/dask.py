@@ -53,6 +53,8 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess tes
         f"skbert.dask needs Dask's dataframe: pip install 'skbert[dask]' (import failed: {error})"
     ) from error
 
+from ._estimator.base import BertEstimatorBase
+
 __all__ = ["predict", "predict_proba", "transform"]
 
 _METHODS = ("transform", "predict", "predict_proba")
@@ -192,22 +194,27 @@ def _meta(estimator, method):
 
 def _outputs(regressor):
     """The number of outputs of a regressor fitted on a 2-D y, or None for a 1-D y: a
-    BertTextRegressor's ``multioutput_``, a linear model's 2-D ``coef_``, else scikit-learn's
-    ``n_outputs_`` (trees, ensembles, neural networks; set to 1 for a 1-D y)."""
+    BertTextRegressor's ``multioutput_``; for a scikit-learn regressor at the end of a
+    pipeline, the shape of its prediction of one row of zeros (its ``n_features_in_``)."""
     if hasattr(regressor, "multioutput_"):
         return regressor.n_outputs_ if regressor.multioutput_ else None
-    coef = getattr(regressor, "coef_", None)
-    if coef is not None:
-        return np.shape(coef)[0] if np.ndim(coef) == 2 else None
-    outputs = getattr(regressor, "n_outputs_", None)
-    return outputs if isinstance(outputs, Integral) and outputs > 1 else None
+    features = getattr(regressor, "n_features_in_", None)
+    if features is None:  # nothing to probe it with: one output
+        return None
+    predicted = np.asarray(regressor.predict(np.zeros((1, features))))
+    return predicted.shape[1] if predicted.ndim == 2 else None
 
 
 def _run_partition(part, estimator, method, threads, columns, dtype):
     """One partition's output, as a pandas object with the partition's index (columns of
     ``dtype``)."""
-    # the pandas rows themselves, so that an error names a text by its index label
-    X = part
+    first = estimator.steps[0][1] if hasattr(estimator, "steps") else estimator
+    if isinstance(first, BertEstimatorBase):  # pandas rows: an error names the index label
+        X = part
+    elif isinstance(part, pd.DataFrame):  # a step of the user's: the lists it got before
+        X = list(zip(part.iloc[:, 0].tolist(), part.iloc[:, 1].tolist(), strict=True))
+    else:
+        X = part.tolist()
     if not len(X):
         result = np.empty((0, len(columns)) if columns is not None else 0, dtype=np.float64)
     else:

@@ -97,12 +97,26 @@ def test_a_bad_text_is_named_by_its_index_label_and_any_2d_regressor_gives_colum
     """A worker's error named the text by its position in the partition alone (X[0]), not
     by the index label a local call names; a pipeline ending in a scikit-learn regressor
     fitted on a 2-D y got a 1-D meta and failed at compute with a pandas error."""
+    from sklearn.cross_decomposition import PLSRegression
     from sklearn.ensemble import RandomForestRegressor
     from sklearn.linear_model import Ridge
+    from sklearn.neighbors import KNeighborsRegressor
+    from sklearn.preprocessing import FunctionTransformer
 
     from skbert.dask import predict, transform
 
     est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS[:1])
+    # a first step of the user's that reads its texts by position gets lists, as before
+    by_position = FunctionTransformer(
+        lambda X: [X[i] for i in range(len(X))], feature_names_out="one-to-one"
+    )
+    theirs = make_pipeline(by_position, BertSentenceTransformer(tiny_bert, device="cpu"))
+    theirs.fit(TEXTS[:2])
+    got = transform(theirs, dd.from_pandas(pd.Series(TEXTS[:8]), npartitions=2))
+    np.testing.assert_array_equal(got.compute(scheduler="sync"), theirs.transform(TEXTS[:8]))
+    pls = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), PLSRegression(2))
+    pls.fit(TEXTS[:12], LABELS[:12].astype(float))  # its coef_ is 2-D for a 1-D y too
+    assert predict(pls, dd.from_pandas(pd.Series(TEXTS), npartitions=2)).ndim == 1
     texts = pd.Series(TEXTS[:6], index=range(100, 106), dtype=object)
     texts[105] = None
     with pytest.raises(ValueError, match=r"X\[1\] \(index label 105\) is missing"):
@@ -112,7 +126,8 @@ def test_a_bad_text_is_named_by_its_index_label_and_any_2d_regressor_gives_colum
     with pytest.raises(ValueError, match=r"X\[1, 1\] \(index label 53\) is missing"):
         transform(est, dd.from_pandas(pairs, npartitions=2)).compute(scheduler="sync")
     y = np.c_[LABELS[:12], 1.0 - LABELS[:12], np.arange(12.0)]
-    for head in (Ridge(), RandomForestRegressor(n_estimators=3, random_state=0)):
+    heads = (Ridge(), RandomForestRegressor(n_estimators=3, random_state=0))
+    for head in (*heads, KNeighborsRegressor(n_neighbors=2)):  # no coef_, no n_outputs_
         reg = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), head)
         reg.fit(TEXTS[:12], y)
         frame = predict(reg, dd.from_pandas(pd.Series(TEXTS), npartitions=3))
