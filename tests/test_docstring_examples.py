@@ -22,6 +22,7 @@ import doctest
 import functools
 import hashlib
 import importlib
+import importlib.util
 import io
 import os
 import re
@@ -45,10 +46,15 @@ MODULES = (
     "skbert.truncation",
     "skbert.dask",
     "skbert._estimator.persistence.folder",
+    "skbert._estimator.base",  # the estimators' save
 )
+
+#: modules that import an optional extra: searched where it is installed (none has examples)
+NEEDS = {"skbert.dask": "dask"}
 
 #: every docstring of those modules (their functions, classes and methods) with examples
 EXPECTED = (
+    "skbert._estimator.base.BertEstimatorBase.save",
     "skbert._estimator.persistence.folder.load",
     "skbert.classifier.BertTextClassifier",
     "skbert.exceptions.TrainingDivergedError",
@@ -118,6 +124,8 @@ def docstrings() -> dict[str, doctest.DocTest]:
     finder = doctest.DocTestFinder(exclude_empty=True)
     found = {}
     for name in MODULES:
+        if name in NEEDS and importlib.util.find_spec(NEEDS[name]) is None:
+            continue
         for test in finder.find(importlib.import_module(name)):
             if test.examples:  # exclude_empty leaves out empty docstrings, not example-less
                 found.setdefault(test.name, test)

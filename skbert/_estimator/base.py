@@ -534,14 +534,17 @@ class BertEstimatorBase(BaseEstimator):
 
         Examples
         --------
-        ``est`` is a fitted ``BertSentenceTransformer`` or ``BertTextClassifier``; the folder
-        loads back as the same class, which predicts as ``est`` does, bit for bit:
+        The folder loads back as the same class, which predicts as ``est`` does, bit for bit:
 
         >>> import skbert
+        >>> texts = ["a gripping, beautiful film", "dull and far too long"]
+        >>> est = skbert.BertSentenceTransformer().fit(texts)  # doctest: +SKIP
         >>> est.save("my-model")  # doctest: +SKIP
         'my-model'
         >>> loaded = skbert.load("my-model")  # doctest: +SKIP
         >>> type(loaded) is type(est)  # doctest: +SKIP
+        True
+        >>> bool((loaded.transform(texts) == est.transform(texts)).all())  # doctest: +SKIP
         True
         """
         return _persistence.save(self, path)
