@@ -46,7 +46,7 @@ def get_data_home(data_home=None) -> Path:
     """
     if data_home is None:  # an empty SKBERT_DATA counts as unset, not as the current folder
         data_home = os.environ.get("SKBERT_DATA") or "~/skbert_data"
-    elif not isinstance(data_home, (str, os.PathLike)):
+    elif not isinstance(data_home, (str, os.PathLike)) or os.fspath(data_home) == "":
         raise TypeError(
             f"data_home={data_home!r} is not a folder path; give a str, an os.PathLike or None "
             "(the SKBERT_DATA environment variable, else ~/skbert_data)."

@@ -411,7 +411,7 @@ def _source_pooler(model, prefix: str) -> dict:
     {
         **_MASKED_LM_CONSTRAINTS,
         "backbone": [HasMethods(["load_state_dict", "state_dict"])],
-        "texts": [list],
+        "texts": ["array-like"],
         "max_steps": [Number(Integral, 1, None, closed="left")],
         "max_length": [Number(Integral, 1, None, closed="left")],  # see masked_lm_windows
         "seed": [Number(Integral, 0, 2**32 - 1, closed="both")],  # numpy's seeds

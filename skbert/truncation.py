@@ -45,8 +45,16 @@ def truncate(ids: Sequence[int], budget: int, strategy: str, head_length: int = 
     ------
     ValueError
         For another ``strategy``, or a negative ``budget`` or ``head_length``.
+    TypeError
+        For a bool ``budget`` or ``head_length``.
     """
-    if strategy not in _SINGLE_WINDOW or budget < 0 or head_length < 0:
+    if (
+        strategy not in _SINGLE_WINDOW
+        or budget < 0
+        or head_length < 0
+        or isinstance(budget, bool)
+        or isinstance(head_length, bool)
+    ):
         _refuse(budget, strategy, head_length)
     ids = list(ids)
     if len(ids) <= budget:
@@ -61,6 +69,9 @@ def truncate(ids: Sequence[int], budget: int, strategy: str, head_length: int = 
 
 
 def _refuse(budget, strategy, head_length) -> None:
+    for name, value in (("budget", budget), ("head_length", head_length)):
+        if isinstance(value, bool):  # True would count as 1 token
+            raise TypeError(f"{name}={value!r} is not allowed; give a number of tokens (an int).")
     if strategy not in _SINGLE_WINDOW:
         raise ValueError(
             f"strategy={strategy!r} is not a single-window truncation; "
@@ -91,6 +102,10 @@ def split_chunks(ids: Sequence[int], budget: int, max_chunks: int | None = None)
     list of list of int
         At least one window; an empty text gives one empty window.
     """
+    if isinstance(budget, bool) or isinstance(max_chunks, bool):  # True would count as 1
+        raise TypeError(
+            f"budget={budget!r} and max_chunks={max_chunks!r}: give ints (a bool is not)."
+        )
     if budget < 1 or (max_chunks is not None and max_chunks < 1):
         raise ValueError(
             f"budget={budget!r} and max_chunks={max_chunks!r}: a window holds at least one "

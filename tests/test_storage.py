@@ -255,3 +255,47 @@ def test_an_empty_path_is_refused_before_any_work(tiny_bert, tmp_path, monkeypat
     with pytest.raises(ValueError, match="memory='' is not a folder path"):
         BertSentenceTransformer(tiny_bert, device="cpu", memory="").fit(TEXTS[:1])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_paths_a_user_writes_as_they_read_them(tiny_bert, tmp_path, monkeypatch):
+    """save_pretrained('~/hf') wrote ./~/hf, which model='~/hf' (expanded) did not find; a
+    valid name of 84 CJK characters (252 bytes) got a temporary sibling over 255 bytes; a
+    .DS_Store in a save's tokenizer folder made it unloadable; data_home='' read the
+    working directory; a save on another drive than the working directory (Windows) failed
+    in os.path.commonpath."""
+    import skbert
+    from skbert._estimator.persistence import folder
+    from skbert.datasets import get_data_home
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS[:2])
+    assert est.save_pretrained("~/hf") == str(tmp_path / "home" / "hf")
+    assert not (tmp_path / "~").exists()
+    np.testing.assert_allclose(
+        BertSentenceTransformer("~/hf", device="cpu").fit(TEXTS[:2]).transform(TEXTS),
+        est.transform(TEXTS),
+        rtol=1e-6,
+    )
+    name = "模" * 84  # 252 bytes
+    est.save(name)
+    est.save(name)  # replaced: its previous save kept aside under a valid name meanwhile
+    (tmp_path / name / "tokenizer_" / ".DS_Store").write_bytes(b"\0")
+    np.testing.assert_array_equal(skbert.load(name).transform(TEXTS), est.transform(TEXTS))
+    with pytest.raises(TypeError, match="data_home='' is not a folder path"):
+        get_data_home("")
+
+    def two_drives(paths):
+        raise ValueError("Paths don't have the same drive")
+
+    monkeypatch.setattr(folder.os.path, "commonpath", two_drives)
+    assert est.save(tmp_path / "elsewhere") == str(tmp_path / "elsewhere")
+
+
+def test_the_truncation_helpers_refuse_a_bool_for_a_count():
+    from skbert.truncation import split_chunks, truncate
+
+    with pytest.raises(TypeError, match="budget=True is not allowed"):
+        truncate([1, 2, 3], True, "head")
+    with pytest.raises(TypeError, match="max_chunks=True: give ints"):
+        split_chunks([1, 2, 3, 4, 5], 2, max_chunks=True)

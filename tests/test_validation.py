@@ -368,6 +368,8 @@ def test_within_task_pretrain_checks_its_texts_and_backbone_before_training(
         within_task_pretrain(backbone, ["a dog", None], **run)
     with pytest.raises(TypeError, match=r"texts\[0\] is an int"):
         within_task_pretrain(backbone, [3, "a dog"], **run)
+    pairs = np.array([["a dog", "a cat"], ["the mat", "a film"]], dtype=object)
+    assert len(within_task_pretrain(backbone, pairs, **run)) == 1  # array-like, as documented
     monkeypatch.setattr(pretraining, "train_masked_lm", lambda *a, **k: pytest.fail("trained"))
     other = AutoModel.from_pretrained(tiny_albert)
     with pytest.raises(ValueError, match=r"backbone \(a AlbertModel\) is not the encoder of"):

@@ -99,9 +99,16 @@ def replaceable(target: Path, is_previous) -> bool:
 
 def sibling(target: Path, kind: str) -> Path:
     """A new hidden name beside ``target``, ``.{name}.{kind}-{random}``, for a folder written
-    or kept aside while ``target`` is replaced (its name cut to 100 characters, so that a
-    target of a long but valid name gets a valid sibling name)."""
-    return target.parent / f".{target.name[:100]}.{kind}-{uuid.uuid4().hex[:16]}"
+    or kept aside while ``target`` is replaced (see :func:`sibling_prefix`)."""
+    return target.parent / f"{sibling_prefix(target, kind)}{uuid.uuid4().hex[:16]}"
+
+
+def sibling_prefix(target: Path, kind: str) -> str:
+    """``.{name}.{kind}-``, the name cut to 100 bytes of UTF-8 (not characters: 84 CJK
+    characters are a valid name of 252 bytes), so that a target of a long but valid name
+    gets a valid sibling name."""
+    name = target.name.encode("utf-8", "surrogateescape")[:100]
+    return f".{name.decode('utf-8', 'ignore')}.{kind}-"
 
 
 def replace_folder(partial: Path, target: Path) -> None:
@@ -146,7 +153,7 @@ def check_output_dir(
     Returns
     -------
     str
-        ``os.fspath(path)``.
+        ``os.fspath(path)``, ``~`` expanded.
 
     Raises
     ------
@@ -169,6 +176,7 @@ def check_output_dir(
             f"{name} must be a folder path (a str or os.PathLike), got bytes {path!r}; "
             "decode it with os.fsdecode."
         )
+    path = os.path.expanduser(path)  # as model= reads it: '~/m' is not a folder named '~'
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(
             f"{name}={path!r} is an existing file, and this writes a folder; give a new path "

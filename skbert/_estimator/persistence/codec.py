@@ -286,7 +286,8 @@ def _check_tokenizer_files(folder: Path, expected, where: str) -> None:
         return
     if not isinstance(expected, dict):
         raise ValueError(f"{where}: the tokenizer's file digests are not a mapping")
-    held = {path.name for path in folder.iterdir() if path.is_file()}
+    # hidden files (a .DS_Store a file browser left) are none of the tokenizer's
+    held = {p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
     missing, extra = sorted(set(expected) - held), sorted(held - set(expected))
     if missing or extra:
         what = "; ".join(
@@ -294,7 +295,7 @@ def _check_tokenizer_files(folder: Path, expected, where: str) -> None:
         )
         raise ValueError(
             f"{where}: the tokenizer folder {os.fspath(folder)!r} does not hold the files save "
-            f"wrote ({what}); save the estimator again."
+            f"wrote ({what}); remove the added files, or save the estimator again."
         )
     for name, digest in expected.items():
         if file_digest(folder / name) != digest:

@@ -37,7 +37,13 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 
 from ..._core.version import __version__
-from ..._storage.files import check_output_dir, replace_folder, replaceable, sibling
+from ..._storage.files import (
+    check_output_dir,
+    replace_folder,
+    replaceable,
+    sibling,
+    sibling_prefix,
+)
 from .codec import MANIFEST, SaveReader, SaveWriter
 from .registry import UnknownEstimatorClass, estimator_class, estimator_name
 
@@ -56,7 +62,7 @@ def save(estimator, path) -> str:
     Parameters, errors and format: :meth:`BertEstimatorBase.save`.
     """
     check_is_fitted(estimator)
-    target = Path(check_output_dir(path, "path", _SAVE_FOLDERS)).expanduser().absolute()
+    target = Path(check_output_dir(path, "path", _SAVE_FOLDERS)).absolute()  # ~ expanded
     _check_replaceable(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = sibling(target, "partial")
@@ -157,7 +163,11 @@ def _check_replaceable(target: Path) -> None:
     except OSError:  # the working directory is gone: nothing to protect
         working = os.sep
     real = os.path.realpath(target)
-    if working != os.sep and os.path.commonpath([working, real]) == real:
+    try:
+        above = working != os.sep and os.path.commonpath([working, real]) == real
+    except ValueError:  # on two drives (Windows): not above it
+        above = False
+    if above:
         raise ValueError(
             f"path={os.fspath(target)!r} is the working directory or a folder above it; a save "
             "replaces its folder as a whole, which would remove the working directory from "
@@ -202,7 +212,8 @@ def _write_estimator(estimator, folder: Path, depth: int) -> None:
 
 def _read_estimator(folder: Path, depth: int):
     if not folder.exists():
-        kept = sorted(folder.parent.glob(f".{glob.escape(folder.name[:100])}.old-*"))
+        pattern = glob.escape(sibling_prefix(folder, "old")) + "*"
+        kept = sorted(folder.parent.glob(pattern), key=lambda p: p.stat().st_mtime)
         aside = (
             f" A save there was interrupted while it replaced the previous one, which is kept "
             f"aside as {os.fspath(kept[-1])!r}: rename it to load it."
