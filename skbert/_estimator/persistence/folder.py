@@ -125,8 +125,8 @@ def load(path):
     >>> est.save("my-vectors")  # doctest: +SKIP
     'my-vectors'
     >>> loaded = skbert.load("my-vectors")  # doctest: +SKIP
-    >>> (loaded.transform(texts) == est.transform(texts)).all()  # doctest: +SKIP
-    np.True_
+    >>> bool((loaded.transform(texts) == est.transform(texts)).all())  # doctest: +SKIP
+    True
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(
