@@ -41,6 +41,7 @@ from ._estimator.wise_ft import WISE_PARAMETERS, average_back, starting_weights
 from ._nn.backbone import DEFAULT_MODEL
 from ._nn.contrastive_losses import CONTRASTIVE_LOSSES
 from ._nn.network import SiameseNetwork
+from ._text.encoding import refuse_chunked_pairs
 from ._training.loop import length_grouped_batches, train
 
 __all__ = ["BertSentenceTransformer"]
@@ -404,6 +405,7 @@ class BertSentenceTransformer(
 
     def _fit(self, X, y):
         first, second = check_texts(X)
+        refuse_chunked_pairs(second, self.truncation == "chunks")  # before the model loads
         settings = resolve_training_settings(self.get_params(deep=False))
         trains = settings.trains
         continuing = trains and self.warm_start and "network_" in vars(self)

@@ -374,3 +374,25 @@ def test_within_task_pretrain_checks_its_texts_and_backbone_before_training(
     other = AutoModel.from_pretrained(tiny_albert)
     with pytest.raises(ValueError, match=r"backbone \(a AlbertModel\) is not the encoder of"):
         within_task_pretrain(other, ["a dog", "a cat"], **run)
+
+
+@pytest.mark.parametrize(
+    "params", [{"pooling": "cnn"}, {"truncation": "chunks", "chunk_pooling": "attention"}]
+)
+def test_a_frozen_fit_refuses_a_pooling_with_weights_before_the_model_loads(params, tmp_path):
+    """It was refused after the model had loaded (or downloaded): it needs the parameters
+    alone."""
+    from skbert import BertSentenceTransformer
+
+    est = BertSentenceTransformer(str(tmp_path / "no-model"), **params)
+    with pytest.raises(ValueError, match="has weights of its own that must be trained"):
+        est.fit(["a dog", "a cat"])
+
+
+def test_a_sentence_transformer_refuses_chunked_pairs_before_the_model_loads(tmp_path):
+    """As the classifier and the regressor do (it was refused after the model loaded)."""
+    from skbert import BertSentenceTransformer
+
+    est = BertSentenceTransformer(str(tmp_path / "no-model"), truncation="chunks")
+    with pytest.raises(ValueError, match="truncation='chunks' splits single long texts"):
+        est.fit([["a dog", "a cat"], ["the mat", "a film"]])

@@ -40,7 +40,7 @@ from .model_source import fitted_encoder_source, load_encoder
 from .persistence import folder as _persistence
 from .persistence.registry import register_estimator
 from .prediction_cache import forget_fit, prediction_cache, remembered
-from .readout import check_readout_parameters, resolve_readout
+from .readout import check_readout_parameters, refuse_untrained, resolve_readout
 
 __all__ = ["BertEstimatorBase"]
 
@@ -156,7 +156,7 @@ class BertEstimatorBase(BaseEstimator):
             resolve_device(self.device)
         if self.checkpoint_dir is not None:  # a file or '' before the model loads
             check_output_dir(self.checkpoint_dir, "checkpoint_dir")
-        check_readout_parameters(self.get_params(deep=False))
+        check_readout_parameters(self.get_params(deep=False), trains)
         forget_fit(self)
         if keep_learned:
             self._forget("feature_fingerprint_")
@@ -284,16 +284,8 @@ class BertEstimatorBase(BaseEstimator):
         specials = SpecialTokens.from_tokenizer(tokenizer)
         limit = model_max_length(tokenizer, config)
         readout = resolve_readout(self.get_params(deep=False), config, specials, limit)
-        if not trains and readout.untrained_weights:
-            names = " and ".join(readout.untrained_weights)
-            raise ValueError(
-                f"{names} has weights of its own that must be trained, and "
-                f"fine_tune={self.fine_tune!r} trains nothing. Either train them on labelled "
-                "data (fit(X, y)): fine_tune='top' trains them on top of the frozen encoder, "
-                "fine_tune='full' the encoder too; or, for frozen features, use a pooling "
-                "without weights: pooling='cls', 'mean' or 'max' and chunk_pooling='mean' or "
-                "'max'."
-            )
+        if not trains:
+            refuse_untrained(readout.untrained_weights, self.fine_tune)
         self.tokenizer_ = tokenizer
         self._fitted_model = self._model_identity()
         self.special_tokens_ = specials

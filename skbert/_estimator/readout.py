@@ -14,12 +14,13 @@ from __future__ import annotations
 import sys
 
 from .._nn.readout import Readout
+from ..pooling import TRAINABLE_CHUNK_POOLINGS, TRAINABLE_POOLINGS
 from .validation import check_kernel_sizes, check_layers
 
-__all__ = ["check_readout_parameters", "resolve_readout"]
+__all__ = ["check_readout_parameters", "refuse_untrained", "resolve_readout"]
 
 
-def check_readout_parameters(params: dict) -> None:
+def check_readout_parameters(params: dict, trains: bool = True) -> None:
     """The read-out checks that need no model, run before it loads (a bad ``layer`` form,
     CNN kernel sizes or ``pooling="pooler"`` on concatenated layers failed only after the
     weights loaded, or were downloaded); the ranges that need the model wait for
@@ -29,6 +30,9 @@ def check_readout_parameters(params: dict) -> None:
     ----------
     params : dict
         The estimator's parameters (``get_params()``).
+    trains : bool, default=True
+        Whether the fit trains; one that does not refuses a pooling with weights of its own
+        (as :func:`refuse_untrained` says).
 
     Raises
     ------
@@ -38,6 +42,27 @@ def check_readout_parameters(params: dict) -> None:
     layers = check_layers(params["layer"], sys.maxsize)  # its form; its range needs the model
     check_kernel_sizes(params.get("cnn_kernel_sizes", (1, 3, 5)))
     _refuse_wide_pooler(params, layers, "the encoder's hidden size")
+    if not trains:
+        names = (
+            [f"pooling={params['pooling']!r}"] if params["pooling"] in TRAINABLE_POOLINGS else []
+        )
+        if params["truncation"] == "chunks" and params["chunk_pooling"] in TRAINABLE_CHUNK_POOLINGS:
+            names.append(f"chunk_pooling={params['chunk_pooling']!r}")
+        refuse_untrained(names, params["fine_tune"])
+
+
+def refuse_untrained(names: list, fine_tune) -> None:
+    """Refuse the poolings ``names`` (``"pooling='cnn'"``, ...), whose weights a fit that
+    trains nothing (``fine_tune``) would leave random."""
+    if names:
+        raise ValueError(
+            f"{' and '.join(names)} has weights of its own that must be trained, and "
+            f"fine_tune={fine_tune!r} trains nothing. Either train them on labelled "
+            "data (fit(X, y)): fine_tune='top' trains them on top of the frozen encoder, "
+            "fine_tune='full' the encoder too; or, for frozen features, use a pooling "
+            "without weights: pooling='cls', 'mean' or 'max' and chunk_pooling='mean' or "
+            "'max'."
+        )
 
 
 def resolve_readout(params: dict, config, specials, max_model_length: int) -> Readout:
