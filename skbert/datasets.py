@@ -76,10 +76,14 @@ def _loaded(data, target, return_X_y: bool, **extra):
 
 
 def _check_split(split, allowed, **flags):
-    """Refuse a split that is not in ``allowed``, and a flag that is not a bool (a string such
-    as "False" would read as true)."""
+    """Refuse a split that is not in ``allowed``, and a flag that is not a bool."""
     if not isinstance(split, str) or split not in allowed:
         raise ValueError(f"split={split!r} is not allowed; use one of {sorted(allowed)}.")
+    _check_flags(**flags)
+
+
+def _check_flags(**flags):
+    """Refuse a flag that is not a bool (a string such as "False" would read as true)."""
     for name, value in flags.items():
         if not isinstance(value, (bool, np.bool_)):
             raise TypeError(f"{name}={value!r} is not allowed; use True or False.")
@@ -386,8 +390,7 @@ def load_demo_sentiment(*, return_X_y=False):
     (data, target) : tuple of ndarray
         When ``return_X_y`` is True: ``data`` and ``target`` as above.
     """
-    if not isinstance(return_X_y, (bool, np.bool_)):
-        raise TypeError(f"return_X_y={return_X_y!r} is not allowed; use True or False.")
+    _check_flags(return_X_y=return_X_y)
     text = resources.files("skbert").joinpath("data/sst2_sample.tsv").read_text("utf-8")
     rows = [line.split("\t") for line in text.splitlines()[1:] if line]
     data = np.asarray([sentence for sentence, _ in rows], dtype=object)

@@ -335,7 +335,10 @@ def test_readout_parameters_are_checked_before_the_model_loads(
         )
 
 
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine without CUDA")
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(),
+    reason="checks the refusal of device='cuda' where CUDA is missing; this machine has it",
+)
 @pytest.mark.parametrize("cls_name", ["BertSentenceTransformer", "BertTextClassifier"])
 def test_a_fit_that_trains_refuses_a_missing_device_before_the_model_loads(cls_name, tmp_path):
     """It raised after the model had loaded (or downloaded); a fit that trains nothing

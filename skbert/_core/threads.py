@@ -88,7 +88,7 @@ def torch_threads(threads: int | None):
         with _LOCK:
             _inside -= 1
             _exits += 1
-            if _inside == 0:
+            if _inside == 0 and own != _before:  # else set_num_threads(own) just set it
                 _set_process_threads(_before)
 
 
