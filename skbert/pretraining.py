@@ -30,7 +30,7 @@ from ._core.devices import resolve_device, resolve_precision
 from ._core.flops import training_flops
 from ._core.launch import current_share
 from ._core.messages import report
-from ._core.rng import seeded
+from ._core.rng import rng_lock, seeded
 from ._estimator.constraints import RANDOM_STATE, Number
 from ._estimator.model_source import fitted_encoder_source, load_encoder
 from ._estimator.validation import check_texts
@@ -89,8 +89,6 @@ def load_masked_lm(model=DEFAULT_MODEL):
         (the output projection stays tied to the word embeddings), so the first steps mostly
         train the head.
     """
-    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
-
     fitted = fitted_encoder_source(model)
     if fitted is not None:
         tokenizer, backbone = load_encoder(fitted)
@@ -98,16 +96,18 @@ def load_masked_lm(model=DEFAULT_MODEL):
         name = type(fitted).__name__
     else:
         source, name = locate_model(model), model
-        with quiet_loading(), loading_errors(model, source):
-            tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
-            config = AutoConfig.from_pretrained(source)
-    if type(config) not in AutoModelForMaskedLM._model_mapping:
-        raise ValueError(
-            f"model={name!r} is a {config.model_type!r} model, which has no masked-LM head in "
-            "transformers, so it cannot be pre-trained further with masked-LM. Use an encoder "
-            "such as BERT, ALBERT, RoBERTa, MiniLM, ELECTRA or DeBERTa."
-        )
-    with quiet_loading():
+        with quiet_loading() as transformers, loading_errors(model, source):
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source, use_fast=True)
+            config = transformers.AutoConfig.from_pretrained(source)
+    # the new head's random weights: one thread at a time
+    with rng_lock(), quiet_loading() as transformers:
+        AutoModelForMaskedLM = transformers.AutoModelForMaskedLM
+        if type(config) not in AutoModelForMaskedLM._model_mapping:
+            raise ValueError(
+                f"model={name!r} is a {config.model_type!r} model, which has no masked-LM head "
+                "in transformers, so it cannot be pre-trained further with masked-LM. Use an "
+                "encoder such as BERT, ALBERT, RoBERTa, MiniLM, ELECTRA or DeBERTa."
+            )
         if fitted is not None:
             mlm = AutoModelForMaskedLM.from_config(config, **float32_weights())
             result = mlm.base_model.load_state_dict(backbone.state_dict(), strict=False)

@@ -5,15 +5,52 @@
 GPU stream reseeded, and a seed meant for one block (a masked-LM batch's masks, drawn on the
 CPU) also set the GPU's dropout draws of the step. :func:`seeded` seeds the generators named and
 puts back what they held; :func:`reseed` seeds them again inside such a block.
+
+torch has one CPU generator per process (and one per GPU), which every thread draws from: two
+fits in threads of one process (``GridSearchCV`` under joblib's threading backend, a Dask
+worker with two threads) drew each other's dropout masks, and the one that ended first put
+back, under the other, the state from before it began, so neither followed its
+``random_state``. Every block that seeds, draws from or puts back the generators holds
+:func:`rng_lock` (:func:`seeded`, :func:`forked`): such blocks in threads of one process take
+turns, and each draws what it would alone. Prediction draws nothing and does not take it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 
 import torch
 
-__all__ = ["seeded", "reseed", "device_rng_state", "set_device_rng_state"]
+__all__ = [
+    "seeded",
+    "forked",
+    "reseed",
+    "rng_lock",
+    "device_rng_state",
+    "set_device_rng_state",
+]
+
+_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def rng_lock():
+    """Run the block as the only one of the process's threads that uses torch's random
+    generators through skbert (a thread may enter it again inside it)."""
+    with _lock:
+        yield
+
+
+def _after_fork_in_child() -> None:
+    # a thread of the parent that held the lock does not exist in the child
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def device_rng_state(device: torch.device):
@@ -61,12 +98,21 @@ def seeded(seed: int, device: torch.device | None = None):
         The accelerator whose generator the block draws from too (dropout on a GPU); None or
         the CPU: only the CPU's generator.
     """
-    held_cpu = torch.get_rng_state()
-    held_device = None if device is None else device_rng_state(device)
-    try:
-        reseed(seed, device)
+    with rng_lock():
+        held_cpu = torch.get_rng_state()
+        held_device = None if device is None else device_rng_state(device)
+        try:
+            reseed(seed, device)
+            yield
+        finally:
+            torch.set_rng_state(held_cpu)
+            if held_device is not None:
+                set_device_rng_state(device, held_device)
+
+
+@contextlib.contextmanager
+def forked():
+    """Run the block with the CPU's generator as it is, and put back afterwards what it held
+    (new modules' random weights that are overwritten at once draw from it)."""
+    with rng_lock(), torch.random.fork_rng(devices=[]):
         yield
-    finally:
-        torch.set_rng_state(held_cpu)
-        if held_device is not None:
-            set_device_rng_state(device, held_device)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .._core.hf_imports import transformers_lock
+from .._core.rng import rng_lock
 from .._storage.fingerprint import directory_fingerprint
 from .._storage.model_files import (
     hub_source,
@@ -138,10 +140,11 @@ def load_backbone(model: str):
     OSError
         When the model can be found nowhere, saying how to get it.
     """
-    from transformers import AutoModel, AutoTokenizer
-
     source = locate_model(model)
-    with quiet_loading(), loading_errors(model, source):
+    # from_pretrained draws the random weights of what the checkpoint lacks (the pooler)
+    with rng_lock(), quiet_loading(), loading_errors(model, source):
+        from transformers import AutoModel, AutoTokenizer
+
         tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
         encoder, info = AutoModel.from_pretrained(
             source, output_loading_info=True, **float32_weights()
@@ -238,9 +241,9 @@ def load_tokenizer_and_config(directory):
 
 @functools.lru_cache(maxsize=8)
 def _text_side(directory: str, fingerprint: str):
-    from transformers import AutoConfig, AutoTokenizer
-
     with quiet_loading(), loading_errors(directory, directory):
+        from transformers import AutoConfig, AutoTokenizer
+
         tokenizer = AutoTokenizer.from_pretrained(directory, use_fast=True)
         config = AutoConfig.from_pretrained(directory)
     return tokenizer, config
@@ -346,19 +349,24 @@ def loading_errors(model, source):
 
 @contextlib.contextmanager
 def quiet_loading():
-    """Silence transformers' weight-loading bar and report (skbert reports what matters)."""
-    from transformers.utils import logging as hf_logging
+    """Silence transformers' weight-loading bar and report (skbert reports what matters),
+    under :func:`~skbert._core.hf_imports.transformers_lock`: blocks in threads of one
+    process take turns, so that transformers' lazy imports do not race and each block puts
+    back the logging settings from before the first. Yields the ``transformers`` module."""
+    with transformers_lock():
+        import transformers
+        from transformers.utils import logging as hf_logging
 
-    bars_were_on = hf_logging.is_progress_bar_enabled()
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars_were_on:
-            hf_logging.enable_progress_bar()
+        bars_were_on = hf_logging.is_progress_bar_enabled()
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+        try:
+            yield transformers
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bars_were_on:
+                hf_logging.enable_progress_bar()
 
 
 #: model types whose position ids start at ``padding_idx + 1`` (transformers'

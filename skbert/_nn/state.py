@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import json
 
-import torch
-
+from .._core.rng import forked
 from .._storage.tagged_json import ValueReader, ValueWriter, as_int
 from .backbone import float32_weights, quiet_loading
 from .network import SentenceEncoder, TaskNetwork
@@ -176,7 +175,7 @@ def build_network(description, tensors, where: str):
     readout = ValueReader((Readout,)).decode(description["readout"], f"{where}.readout")
     if not isinstance(readout, Readout):
         raise ValueError(f"{where}.readout is not a Readout")
-    with torch.random.fork_rng(devices=[]):  # new modules draw random weights: not the user's
+    with forked():  # new modules draw random weights: not the user's
         backbone = _build_backbone(description["backbone"], where)
         network = SentenceEncoder(backbone, readout)
         if kind == "TaskNetwork":
@@ -206,8 +205,6 @@ _OTHER_MODELS = (
 def _build_backbone(spec, where: str):
     """A Hugging Face encoder of the class and configuration ``spec`` names, built from its
     configuration alone (``AutoConfig.for_model``, ``AutoModel.from_config``) in float32."""
-    from transformers import AutoConfig, AutoModel
-
     config = dict(spec["config"])
     config.pop("auto_map", None)  # code of the checkpoint's own: never run
     model_type = spec["model_type"]
@@ -227,6 +224,8 @@ def _build_backbone(spec, where: str):
         )
     try:
         with quiet_loading():
+            from transformers import AutoConfig, AutoModel
+
             config = AutoConfig.for_model(model_type, **config)
             backbone = AutoModel.from_config(
                 config, trust_remote_code=False, **implementation, **float32_weights()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .._core.hf_imports import transformers_lock
+
 __all__ = ["PROBE_TEXTS", "is_tokenizer", "read_tokenizer", "tokenizer_probe"]
 
 #: texts whose encodings tell whether a reloaded tokenizer is the same tokenizer
@@ -27,7 +29,8 @@ PROBE_TEXTS = (
 
 def is_tokenizer(value) -> bool:
     """Whether ``value`` is a transformers tokenizer."""
-    from transformers import PreTrainedTokenizerBase
+    with transformers_lock():
+        from transformers import PreTrainedTokenizerBase
 
     return isinstance(value, PreTrainedTokenizerBase)
 
@@ -38,9 +41,10 @@ def read_tokenizer(folder: Path):
     transformers' loading messages are not silenced here: callers wrap the call in
     :func:`skbert._nn.backbone.quiet_loading`.
     """
-    from transformers import AutoTokenizer
+    with transformers_lock():
+        from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(os.fspath(folder), trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(os.fspath(folder), trust_remote_code=False)
 
 
 def tokenizer_probe(tokenizer) -> dict:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from sklearn.frozen import FrozenEstimator
 
+from ..._core.rng import forked
 from ..._nn.backbone import SpecialTokens, quiet_loading
 from ..._nn.network import SentenceEncoder, TaskNetwork
 from ..._nn.readout import Readout
@@ -255,7 +256,7 @@ def _decode_network(reader, node, where):
 def _decode_linear(reader, node, where):
     tensors = reader.read_tensors(node, where)
     shape = (as_int(node["in_features"]), as_int(node["out_features"]))
-    with torch.random.fork_rng(devices=[]):
+    with forked():
         layer = torch.nn.Linear(*shape, bias=node["bias"] is True)
     load_tensors(layer, tensors, where)
     return layer.train(node["training"] is True)
