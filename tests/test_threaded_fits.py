@@ -40,7 +40,7 @@ def test_fits_in_threads_each_follow_their_random_state(tiny_bert):
     start = threading.Barrier(2)
     with ThreadPoolExecutor(2) as pool:
         together = list(pool.map(lambda p: _fit(tiny_bert, p, start), ("mean", "cls")))
-    for a, t in zip(alone, together):
+    for a, t in zip(alone, together, strict=True):
         np.testing.assert_array_equal(a, t)
     # and the caller's generator is where it was
     assert torch.equal(torch.rand(3), expected_draw)

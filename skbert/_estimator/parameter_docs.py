@@ -206,6 +206,11 @@ ATTRIBUTES: dict[str, str] = numpydoc_entries(
     """
 pairs_ : bool
     Whether ``fit`` saw sentence pairs; predictions take the same kind of input.
+feature_names_in_ : ndarray of shape (n_columns,) of str
+    The column names of the DataFrame ``fit`` saw, where all are str (absent otherwise). A
+    DataFrame given to ``predict`` (or the other predictions) must then have the same names
+    in the same order, as its columns are read by position; an array or a list is read as
+    it is.
 best_validation_score_ : float or None
     The best of ``validation_scores_`` (its epoch's weights are kept), else None.
 n_iter_ : int
@@ -233,6 +238,7 @@ layers_ : tuple of int
 # in each).
 FINE_TUNED_ATTRIBUTES = (
     "pairs_",
+    "feature_names_in_",
     "loss_curve_",
     "validation_scores_",
     "best_validation_score_",

@@ -28,6 +28,7 @@ from .._nn.network import TaskNetwork
 from .._text.encoding import refuse_chunked_pairs
 from .._training.loop import length_grouped_batches, train
 from .base import BertEstimatorBase
+from .column_names import check_column_names, record_column_names
 from .constraints import Number
 from .training_settings import resolve_training_settings
 from .validation import check_texts
@@ -129,6 +130,7 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
         self._start_fit(keep_learned=continuing)
         targets = self._learn_targets(y, continuing)
         self.pairs_ = second is not None
+        record_column_names(self, X)
         checkpoint = self._checkpoint(first, second, targets, **self._checkpoint_task())
         seed = self._fit_seed(checkpoint)
         train_idx, val_idx = np.arange(len(first)), None
@@ -241,4 +243,5 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
                 f"fitted on {_input_kind(pairs)}; its output layer reads the encoding of "
                 "that kind of input only."
             )
+        check_column_names(self, X)
         return self._forward_all(first, second, desc="Predicting")
