@@ -146,3 +146,23 @@ def test_document_refuses_a_missing_or_a_stray_entry():
     stray = numpydoc_entries("alpha : float\n    Alpha.\nbeta : int\n    Not a parameter.")
     with pytest.raises(ValueError, match=r"names the section does not hold: \['beta'\]"):
         document(attributes=(), own_parameters=stray)(_toy_class(TOY_DOC))
+
+
+def test_skbert_imports_with_docstrings_stripped():
+    """``python -OO`` (PYTHONOPTIMIZE=2) strips docstrings; ``import skbert`` filled them in
+    and failed there with a TypeError. (transformers 5 itself then fails to build a BERT
+    model, in its auto_docstring: loading a model under -OO is transformers' to allow.)"""
+    import subprocess
+    import sys
+
+    code = (
+        "import skbert\n"
+        "from sklearn.base import clone\n"
+        "assert skbert.BertTextClassifier.__doc__ is None\n"
+        "print(repr(clone(skbert.BertTextRegressor(max_epochs=2))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-OO", "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "BertTextRegressor(max_epochs=2)", done.stdout

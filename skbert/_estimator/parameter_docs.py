@@ -289,6 +289,8 @@ def document(
     """
 
     def fill(cls: type) -> type:
+        if cls.__doc__ is None:  # python -OO strips docstrings: nothing to fill
+            return cls
         names = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
         sections = {
             "parameters": _section(names, PARAMETERS, own_parameters or {}),
