@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ._core.deprecations import NOT_GIVEN, read_top_learning_rate, warn_head_learning_rate
+from ._core.messages import user_stacklevel
 
 __all__ = ["layerwise_param_groups", "parameter_depths"]
 
@@ -77,7 +78,7 @@ def parameter_depths(backbone) -> dict:
             "layer_lr_decay applies to the embeddings only; the other encoder weights get "
             "learning_rate.",
             UserWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     return depths
 

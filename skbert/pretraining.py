@@ -29,7 +29,7 @@ from sklearn.utils._param_validation import HasMethods, StrOptions, validate_par
 from ._core.devices import resolve_device, resolve_precision
 from ._core.flops import training_flops
 from ._core.launch import current_share
-from ._core.messages import report
+from ._core.messages import report, user_stacklevel
 from ._core.rng import rng_lock, seeded
 from ._estimator.constraints import RANDOM_STATE, Number
 from ._estimator.model_source import fitted_encoder_source, load_encoder
@@ -130,7 +130,7 @@ def load_masked_lm(model=DEFAULT_MODEL):
             "tied to the word embeddings. The first steps mostly train this head; give the "
             "pre-training enough steps (hundreds) for the encoder to gain from it.",
             UserWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
     return tokenizer, mlm
 

@@ -508,6 +508,7 @@ def test_a_corrupt_shard_is_recomputed_with_a_warning(tiny_bert, clean_cache, tm
     [message] = cache_warnings(record)
     assert str(keys) in message and f"in the folder {directory} " in message, message
     assert "deleted" in message
+    assert {w.filename for w in record if w.category is FeatureCacheWarning} == {__file__}
     assert not list(directory.glob(f"{name}.*"))  # the bad shard is gone, all of it
     assert len(shards(root)) == 1  # and the recomputed one took its place
     clear_memo()

@@ -34,3 +34,42 @@ def test_only_rank_0_of_a_launch_shows_anything(monkeypatch, capsys, rank, shown
     messages.report("done")
     err = capsys.readouterr().err
     assert ("done\n" in err) == shown and ("Fine-tuning" in err) == shown
+
+
+def test_warnings_inside_a_grid_search_name_the_users_line(tiny_bert):
+    """Between the user's GridSearchCV.fit and skbert lie scikit-learn's and joblib's frames:
+    the warning named joblib/parallel.py."""
+    import warnings
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import Pipeline
+
+    from skbert import BertSentenceTransformer
+
+    pipe = Pipeline(
+        [("bert", BertSentenceTransformer(tiny_bert, wise_alpha=0.5)), ("lr", LogisticRegression())]
+    )
+    texts, labels = ["good", "bad", "fine", "dull", "great", "awful"], [1, 0, 1, 0, 1, 0]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        GridSearchCV(pipe, {"lr__C": [1.0]}, cv=2).fit(texts, labels)
+    mine = [w for w in record if "wise_alpha" in str(w.message)]
+    assert len(mine) == 3  # two folds and the refit
+    assert {w.filename for w in mine} == {__file__}, {w.filename for w in mine}
+
+
+def test_the_stacklevel_stops_at_the_outermost_frame_when_all_are_the_librarys(monkeypatch):
+    """In a joblib worker's task every frame is a library's: the level must name a frame of
+    the stack (the outermost), not one past it (Python then names ``sys:1``)."""
+    import sys
+
+    class Everything:
+        def __contains__(self, name):
+            return True
+
+    monkeypatch.setattr(messages, "_LIBRARY_FRAMES", Everything())
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    assert messages.user_stacklevel() == depth

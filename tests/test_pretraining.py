@@ -429,8 +429,11 @@ def test_further_pretrain_reads_both_sentences_of_pairs(tiny_bert, tmp_path, mon
 def test_warns_when_the_checkpoint_has_no_masked_lm_head(tiny_bert, tmp_path):
     with warnings.catch_warnings():
         warnings.resetwarnings()
-        with pytest.warns(UserWarning, match="no trained masked-LM head: .* start from random"):
+        with pytest.warns(
+            UserWarning, match="no trained masked-LM head: .* start from random"
+        ) as w:
             load_masked_lm(tiny_bert)
+    assert w[0].filename == __file__  # the user's line, not skbert's (a fixed stacklevel)
     path = pretrain(tiny_bert, tmp_path / "mlm", max_steps=1)
     with warnings.catch_warnings():
         warnings.resetwarnings()

@@ -26,15 +26,20 @@ def progress(iterable, *, desc: str, unit: str, verbose, total=None):
     return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr)
 
 
+#: the packages whose frames lie between the user's call and the warning: skbert's own, and
+#: scikit-learn's and joblib's when a Pipeline, GridSearchCV or joblib.Memory calls skbert
+_LIBRARY_FRAMES = ("skbert", "sklearn", "joblib")
+
+
 def user_stacklevel() -> int:
     """The ``stacklevel`` for :func:`warnings.warn`, called by this function's caller, that
-    names the first frame outside skbert and scikit-learn (the user's call of ``transform``,
-    ``predict``, ..., however deep in skbert the warning is made)."""
+    names the first frame outside skbert, scikit-learn and joblib (the user's call of
+    ``transform``, ``predict``, ``GridSearchCV.fit``, ..., however deep in skbert the warning
+    is made); the outermost frame where there is none (a joblib worker's task)."""
     frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
-        "skbert",
-        "sklearn",
-    ):
+    while frame.f_globals.get("__name__", "").split(".")[0] in _LIBRARY_FRAMES:
+        if frame.f_back is None:
+            break
         frame, level = frame.f_back, level + 1
     return level
 

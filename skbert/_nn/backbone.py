@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from .._core.hf_imports import transformers_lock
+from .._core.messages import user_stacklevel
 from .._core.rng import rng_lock
 from .._storage.fingerprint import directory_fingerprint
 from .._storage.model_files import (
@@ -159,7 +160,7 @@ def load_backbone(model: str):
             f"model={model!r}: {len(missing)} encoder weights are not in the checkpoint and "
             f"start from random values (e.g. {missing[0]!r}); is it the right architecture?",
             UserWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     encoder.eval()
     return tokenizer, encoder

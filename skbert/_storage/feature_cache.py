@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING
 import filelock
 import numpy as np
 
+from .._core.messages import user_stacklevel
 from .._core.names import FROZEN_POOLINGS
 from ..exceptions import FeatureCacheError, FeatureCacheWarning
 from . import shards as _shards
@@ -245,7 +246,7 @@ class FeatureStore:
             f"The feature cache shard {keys_path} in the folder {self.directory} is corrupt "
             f"({reason}): {done}, and its texts are encoded again.",
             FeatureCacheWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
 
     def _add(self, name: str, keys: np.ndarray, shard: _shards.Shard) -> None:
