@@ -317,12 +317,15 @@ def _trace(deployed, example, outputs, opset):
     if deployed.uses_token_types:
         names.append("token_type_ids")
         args = example
-    # the exporter logs a line for each torchvision operator it cannot register
-    # and onnxscript's version converter a traceback for an opset it cannot convert to
-    # (which the fallback check after the trace reports as an error of its own)
+    # the exporter logs a line for each torchvision operator it cannot register,
+    # onnxscript's version converter a traceback for an opset it cannot convert to
+    # (which the fallback check after the trace reports as an error of its own), and its
+    # optimiser each operator with several outputs that it leaves unfolded (DeBERTa's
+    # LayerNormalization: the graph computes it, as it should)
     loggers = [
         logging.getLogger("torch.onnx._internal.exporter._registration"),
         logging.getLogger("onnxscript.version_converter"),
+        logging.getLogger("onnxscript.optimizer._constant_folding"),
     ]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
