@@ -181,7 +181,9 @@ def main(argv=None):
     methods = [m for m in METHODS if m in args.methods]
     start = time.perf_counter()
 
-    checkpoint = tempfile.mkdtemp(prefix="skbert-itpt-")
+    # the ITPT checkpoint, in a temporary folder removed after the last fit (or at exit)
+    checkpoint_dir = tempfile.TemporaryDirectory(prefix="skbert-itpt-")
+    checkpoint = checkpoint_dir.name
     if "ITPT + fine-tuned" in methods:
         pretrain(args, model, list(X_all[unlabelled]), checkpoint)
         print(f"  done in {time.perf_counter() - start:.0f} s", file=sys.stderr)
@@ -210,6 +212,7 @@ def main(argv=None):
             results[m][size] = (float(np.mean(scores[m])), float(np.std(scores[m])), len(picks))
         shown = "  ".join(f"{m} {results[m][size][0]:.3f}" for m in methods)
         print(f"  n={size:>5}: {shown}  ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    checkpoint_dir.cleanup()
 
     if args.results:
         results = merge_results(args.results, results, args.sizes)

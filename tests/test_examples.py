@@ -4,6 +4,7 @@ import importlib.util
 import json
 import math
 import re
+import tempfile
 
 import pytest
 from conftest import REPO, VOCAB
@@ -58,13 +59,17 @@ def test_choi2021_claims_compare_fine_tuned_cells_with_frozen_ones():
 
 
 @pytest.mark.shared_data
-def test_few_shot_curve_runs(tiny_bert, data_home, tmp_path, capsys):
+def test_few_shot_curve_runs(tiny_bert, data_home, tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib", reason="the example saves a chart: matplotlib (extra 'test')")
     example = load_example("few_shot_sun2019")
     chart = tmp_path / "curve.png"
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     results = example.main(
         ["--model", tiny_bert, "--data-home", str(data_home), "--quick", "--output", str(chart)]
     )
+    assert not list(temporary.iterdir())  # the ITPT checkpoint is removed (89 MB a real run)
     assert set(results) == set(example.METHODS)
     for method in example.METHODS:
         assert sorted(results[method]) == [16, 64]

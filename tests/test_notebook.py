@@ -18,7 +18,7 @@ def test_notebook_is_committed_without_outputs():
 
 
 @pytest.mark.real_model
-def test_getting_started_notebook_runs(packaged_model, tmp_path):
+def test_getting_started_notebook_runs(packaged_model, tmp_path, monkeypatch):
     # the Jupyter packages come with the 'test' extra: pip install -e ".[test]"
     nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (extra 'test')")
     nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (extra 'test')")
@@ -29,7 +29,12 @@ def test_getting_started_notebook_runs(packaged_model, tmp_path):
     client = nbclient.NotebookClient(
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     )
+    temporary = tmp_path / "tmp"  # the kernel's temporary folders (it inherits TMPDIR)
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
     client.execute()  # raises CellExecutionError, with the traceback, if a cell fails
+    # the kernel has stopped: its feature cache went with it (13 MB a run were left before)
+    assert not list(temporary.glob("skbert-*")), list(temporary.iterdir())
 
     code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
     for cell in code_cells:
