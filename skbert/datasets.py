@@ -51,7 +51,14 @@ def get_data_home(data_home=None) -> Path:
             f"data_home={data_home!r} is not a folder path; give a str, an os.PathLike or None "
             "(the SKBERT_DATA environment variable, else ~/skbert_data)."
         )
-    return Path(data_home).expanduser()
+    try:
+        return Path(data_home).expanduser()
+    except RuntimeError as exc:  # no HOME, and a user id without a home (a container's)
+        raise RuntimeError(
+            f"data_home={os.fspath(data_home)!r} starts with ~, and this process has no home "
+            f"folder ({exc}): pass data_home= a folder, or set the SKBERT_DATA environment "
+            "variable to one."
+        ) from exc
 
 
 def _require(path: Path, name: str, source: str, download: bool = False) -> Path:

@@ -117,3 +117,19 @@ def test_export_onnx_is_listed_without_being_imported():
     code = "import skbert, sys; print('export_onnx' in dir(skbert), 'skbert.onnx' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "False"]
+
+
+def test_data_home_without_a_home_folder_says_what_to_set(monkeypatch):
+    """HOME unset and a user id without a passwd entry (a container run as an arbitrary uid):
+    pathlib's bare "Could not determine home directory." named neither data_home nor
+    SKBERT_DATA."""
+    import pwd
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.delenv("SKBERT_DATA", raising=False)
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    with pytest.raises(RuntimeError, match=r"'~/skbert_data' starts with ~.*SKBERT_DATA"):
+        get_data_home()
