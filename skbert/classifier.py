@@ -47,7 +47,10 @@ class_weight : dict, "balanced" or None, default=None
     or ``"balanced"`` (inversely proportional to the class frequencies). A class missing
     from the dict weighs 1; labels that are not in y are allowed when every class of y is
     in the dict (a cross-validation fold without a rare class), as in scikit-learn. Weights
-    are finite numbers >= 0; a weight of 0 leaves that class's texts out of the loss.
+    are finite numbers >= 0; a weight of 0 leaves that class's texts out of the loss. Each
+    text's loss is multiplied by its class's weight and a batch's sum divided by its size
+    times the mean weight of y's texts, so that the weights count in every batch (one of a
+    single class too) and the loss keeps its scale.
 warm_start : bool, default=False
     Continue training the fitted model on the next ``fit`` instead of starting anew
     (the labels, the input kind and the parameters that shape the network must be the
@@ -328,18 +331,22 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
         if self.multilabel_:
             criterion = torch.nn.BCEWithLogitsLoss()
         else:
-            criterion = torch.nn.CrossEntropyLoss(
-                weight=None if weights is None else torch.as_tensor(weights, dtype=torch.float32)
-            )
-        criterion.to(device)
+            criterion = torch.nn.CrossEntropyLoss(reduction="mean" if weights is None else "none")
+        if weights is not None:
+            # each row's loss times its class's weight, a batch's sum over its size times the
+            # mean weight of all rows: torch's weighted mean divided by the batch's own sum of
+            # weights instead, so that in a batch of one class (batches are grouped by text
+            # length) the weight cancelled out
+            row_weights = torch.as_tensor(weights[targets], dtype=torch.float32)
+            mean_weight = float(row_weights.mean())  # > 0: y has a class weighted above 0
 
         def loss(logits, indices):
+            target = target_tensor[indices].to(device)
             if weights is None:
-                return criterion(logits.float(), target_tensor[indices].to(device))
-            total = float(weights[targets[indices]].sum())  # the weighted mean's divisor
-            if total == 0:  # rows of classes weighted 0 only: no loss (the mean was 0 / 0)
-                return logits.float().sum() * 0.0, 0.0
-            return criterion(logits.float(), target_tensor[indices].to(device)), total
+                return criterion(logits.float(), target)
+            weighted = criterion(logits.float(), target) * row_weights[indices].to(device)
+            size = len(indices) * mean_weight  # what the loss is a mean over
+            return weighted.sum() / size, size
 
         return loss
 

@@ -193,6 +193,34 @@ def test_class_weight(tiny_bert):
         make(tiny_bert, class_weight={"neutral": 2.0}).fit(X, y)
 
 
+def test_class_weight_counts_in_batches_of_one_class(tiny_bert):
+    """torch's weighted mean divided a batch's loss by its own sum of weights: in a batch of
+    one class (batch_size=1 here; grouping by length makes them wherever a class's texts are
+    longer) the weight cancelled out, and the fit was that of class_weight=None exactly."""
+    plain = make(tiny_bert, max_epochs=2, batch_size=1).fit(X, Y)
+    weighted = make(tiny_bert, max_epochs=2, batch_size=1, class_weight={"neg": 50.0})
+    weighted.fit(X, Y)
+    neg = list(plain.classes_).index("neg")
+    assert weighted.predict_proba(X)[:, neg].mean() > plain.predict_proba(X)[:, neg].mean()
+
+
+def test_the_weighted_loss_of_a_batch(tiny_bert):
+    """Each row's cross-entropy times its class's weight, summed, over the batch's size times
+    the mean weight of y's rows (returned as what the loss is a mean over)."""
+    clf = make(tiny_bert, class_weight={"neg": 3.0})
+    y = np.array(["pos"] * 6 + ["neg"] * 2, dtype=object)
+    targets = clf._learn_targets(y, continuing=False)  # classes_: ['neg', 'pos']
+    loss = clf._training_loss(targets, torch.device("cpu"))
+    logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-0.4, 0.9]])
+    rows = np.array([6, 0, 7])  # neg, pos, neg
+    value, size = loss(logits, rows)
+    each = torch.nn.functional.cross_entropy(logits, torch.tensor([0, 1, 0]), reduction="none")
+    mean_weight = (6 * 1.0 + 2 * 3.0) / 8
+    assert size == pytest.approx(3 * mean_weight)
+    expected = (3.0 * each[0] + 1.0 * each[1] + 3.0 * each[2]) / (3 * mean_weight)
+    assert float(value) == pytest.approx(float(expected), rel=1e-6)
+
+
 def test_class_weight_of_every_class_fits_folds_without_a_rare_one(tiny_bert):
     # as compute_class_weight: a fold without the rare class was refused
     weights = {"pos": 1.0, "neg": 2.0, "rare": 10.0}
