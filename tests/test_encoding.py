@@ -179,6 +179,31 @@ def test_a_truncation_set_on_the_backend_does_not_apply(tiny_bert):
     assert tokenizer.backend_tokenizer.truncation is None  # turned off by that call
 
 
+def test_special_tokens_in_a_text_are_read_as_the_tokenizer_reads_them(tiny_bert, tmp_path):
+    """A checkpoint whose tokenizer sets split_special_tokens reads "[SEP]" in a text as
+    text; the backend's copy read it as the separator (its flag is not copied)."""
+    import json
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from skbert._text.encoding import token_ids
+
+    texts = ["the cat [SEP] sat [MASK] on the mat", "[CLS] good film"]
+    for split in (False, True):
+        folder = tmp_path / f"split-{split}"
+        shutil.copytree(tiny_bert, folder)
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        (folder / "tokenizer_config.json").write_text(
+            json.dumps({**config, "split_special_tokens": split})
+        )
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        expected = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        assert token_ids(tokenizer, texts) == expected
+        specials = {tokenizer.sep_token_id, tokenizer.mask_token_id, tokenizer.cls_token_id}
+        assert bool(specials & {i for ids in expected for i in ids}) is not split
+
+
 @pytest.mark.parametrize("enabled_before", [True, False])
 def test_encoding_pauses_the_garbage_collector_and_restores_it(tiny_bert, enabled_before):
     import gc

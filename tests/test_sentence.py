@@ -265,14 +265,22 @@ def test_feature_names_and_pandas_output(tiny_bert):
     assert list(frame.columns) == list(names) and frame.shape == (len(TEXTS), 32)
 
 
-def test_verbose_reports_truncation_and_shows_progress(tiny_bert, capsys):
+def test_verbose_reports_truncation_and_shows_progress(tiny_bert, capsys, tmp_path):
     est = make(tiny_bert, max_length=10, verbose=1).fit(TEXTS)
     est.transform([LONG_TEXT, "the cat"])
     err = capsys.readouterr().err
-    assert "1 of 2 texts exceed max_length=10 tokens and were truncated" in err
+    assert "1 of the 2 texts encoded exceed max_length=10 tokens and were truncated" in err
     est.transform([[LONG_TEXT, "a cat"], ["the cat", "a dog"], ["a", "b"]])
-    assert "1 of 3 pairs exceed max_length=10 tokens" in capsys.readouterr().err
+    assert "1 of the 3 pairs encoded exceed max_length=10 tokens" in capsys.readouterr().err
     assert "Encoding" in err  # the tqdm progress bar
+    # with the feature cache, only the texts it lacks are encoded, and both reports say so
+    cached = make(tiny_bert, max_length=10, verbose=1, memory=tmp_path / "cache").fit(TEXTS)
+    cached.transform(["the cat", "a dog"])
+    capsys.readouterr()
+    cached.transform(["the cat", "a dog", LONG_TEXT, "a bird"])
+    err = capsys.readouterr().err
+    assert "1 of the 2 texts encoded exceed max_length=10 tokens" in err
+    assert "2 of 4 texts read from the feature cache, 2 encoded" in err
     make(tiny_bert, max_length=10).fit(TEXTS).transform([LONG_TEXT])
     assert capsys.readouterr().err == ""
 

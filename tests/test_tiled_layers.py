@@ -407,7 +407,10 @@ def test_verbose_says_which_chunked_texts_lost_tokens_past_max_chunks(tiny_bert,
     assert [len(rows) for rows in encoded.rows] == [3, 2, 1]
     est.transform([words, "a cat"])
     err = capsys.readouterr().err
-    assert "1 of 2 texts exceed max_length=8 tokens and were split into chunks; 1 of them" in err
+    assert (
+        "1 of the 2 texts encoded exceed max_length=8 tokens and were split into chunks; 1 of them"
+        in err
+    )
     assert "more than max_chunks=3 windows and lost the tokens past those" in err
     est.set_params(max_chunks=None).fit(["a"]).transform([words])
     err = capsys.readouterr().err

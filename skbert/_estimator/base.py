@@ -312,8 +312,8 @@ class BertEstimatorBase(BaseEstimator):
                 )
             what = "texts" if second is None else "pairs"
             report(
-                f"{type(self).__name__}: {encoded.n_truncated} of {len(encoded)} {what} exceed "
-                f"max_length={self.max_length_} tokens and were {how}."
+                f"{type(self).__name__}: {encoded.n_truncated} of the {len(encoded)} {what} "
+                f"encoded exceed max_length={self.max_length_} tokens and were {how}."
             )
         return encoded
 

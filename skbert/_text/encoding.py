@@ -131,6 +131,10 @@ def plain_backend(tokenizer):
     plain = copy.deepcopy(backend)
     plain.no_truncation()
     plain.no_padding()
+    if hasattr(plain, "encode_special_tokens"):
+        # the copy reads "[SEP]" in a text as the separator; a tokenizer whose configuration
+        # sets split_special_tokens reads it as text (transformers sets the flag on each call)
+        plain.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
     with contextlib.suppress(TypeError):  # not weak-referenceable: copy again next time
         _PLAIN_BACKENDS[tokenizer] = plain
     return plain
