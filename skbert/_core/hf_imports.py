@@ -16,28 +16,14 @@ takes them first, never while it holds this lock.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
+from .locks import ForkSafeLock
 
 __all__ = ["transformers_lock"]
 
-_lock = threading.RLock()
+_turns = ForkSafeLock()
 
 
-@contextlib.contextmanager
 def transformers_lock():
-    """Run the block as the only one of the process's threads inside this context (a
-    thread may enter it again inside it)."""
-    with _lock:
-        yield
-
-
-def _after_fork_in_child() -> None:
-    # a thread of the parent that held the lock does not exist in the child
-    global _lock
-    _lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    """Context: run the block as the only one of the process's threads inside this context
+    (a thread may enter it again inside it)."""
+    return _turns.held()

@@ -18,10 +18,10 @@ turns, and each draws what it would alone. Prediction draws nothing and does not
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
 
 import torch
+
+from .locks import ForkSafeLock
 
 __all__ = [
     "seeded",
@@ -32,25 +32,13 @@ __all__ = [
     "set_device_rng_state",
 ]
 
-_lock = threading.RLock()
+_turns = ForkSafeLock()
 
 
-@contextlib.contextmanager
 def rng_lock():
-    """Run the block as the only one of the process's threads that uses torch's random
-    generators through skbert (a thread may enter it again inside it)."""
-    with _lock:
-        yield
-
-
-def _after_fork_in_child() -> None:
-    # a thread of the parent that held the lock does not exist in the child
-    global _lock
-    _lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    """Context: run the block as the only one of the process's threads that uses torch's
+    random generators through skbert (a thread may enter it again inside it)."""
+    return _turns.held()
 
 
 def device_rng_state(device: torch.device):
