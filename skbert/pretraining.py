@@ -153,14 +153,14 @@ def masked_lm_windows(tokenizer, texts, max_length: int, whole_word_mask: bool =
     max_length : int
         Tokens per window, special tokens included.
     whole_word_mask : bool, default=False
-        Also return each token's character offsets in its text (``(0, 0)`` for the special
-        tokens), which whole-word masking groups word pieces by.
+        Also return each token's word (``word_ids``: the tokenizer's ``word_ids``, numbered
+        in each text; -1 for the special tokens), which whole-word masking groups pieces by.
 
     Returns
     -------
     list of dict
         Features for :func:`mask_batch`: ``input_ids``, ``attention_mask``,
-        ``special_tokens_mask`` (and ``offset_mapping`` for whole-word masking).
+        ``special_tokens_mask`` (and ``word_ids`` for whole-word masking).
 
     Raises
     ------
@@ -170,7 +170,7 @@ def masked_lm_windows(tokenizer, texts, max_length: int, whole_word_mask: bool =
     """
     texts = [t for t in texts if t and t.strip()]
     if whole_word_mask and not getattr(tokenizer, "is_fast", False):
-        raise ValueError("whole_word_mask=True needs a fast tokenizer (offsets mapping).")
+        raise ValueError("whole_word_mask=True needs a fast tokenizer (its word_ids).")
     specials = SpecialTokens.from_tokenizer(tokenizer)
     width = max_length - specials.n_single
     if width < 1:
@@ -185,34 +185,32 @@ def masked_lm_windows(tokenizer, texts, max_length: int, whole_word_mask: bool =
                 texts[start : start + 1024],
                 add_special_tokens=False,
                 truncation=False,
-                return_offsets_mapping=whole_word_mask,
                 return_attention_mask=False,
                 return_token_type_ids=False,
             )
-        offsets = encoded["offset_mapping"] if whole_word_mask else None
         for i, ids in enumerate(encoded["input_ids"]):
-            spans = None if offsets is None else _word_spans(texts[start + i], offsets[i])
-            features.extend(text_windows(ids, width, specials, spans))
+            words = _words(encoded.word_ids(i)) if whole_word_mask else None
+            features.extend(text_windows(ids, width, specials, words))
     if not features:
         raise ValueError("masked-LM pre-training needs non-empty texts; got none.")
     return features
 
 
-def _word_spans(text: str, spans) -> list:
-    """Token spans of ``text`` without the whitespace some tokenizers' spans begin with.
+def _words(word_ids) -> list:
+    """The tokenizer's word of each token, a token of no word (None) a word of its own.
 
-    SentencePiece (ALBERT, DeBERTa-v3, XLM-R) and byte-level BPE without trimmed offsets
-    (ModernBERT) give a word's first piece (``▁cat``, ``Ġcat``) the span of
-    `` cat``, space included: it then begins where the previous piece ended, and whole-word
-    masking took every window for one word. Without that space, a piece starts a word
-    exactly when it does not begin where the previous one ended, for every tokenizer.
+    A fast tokenizer's ``word_ids`` are the words of its pre-tokenizer: BERT's split at
+    whitespace and punctuation and make each CJK character a word (BERT's whole-word
+    masking); SentencePiece's split at spaces; byte-level BPE's keep a word's bytes together
+    (the two bytes of "é"), which grouping pieces by character spans split.
     """
-    trimmed = []
-    for begin, end in spans:
-        while begin < end and text[begin].isspace():
-            begin += 1
-        trimmed.append((begin, end))
-    return trimmed
+    words, current, previous = [], -1, None
+    for word in word_ids:
+        if word is None or word != previous:
+            current += 1
+        words.append(current)
+        previous = word
+    return words
 
 
 # The constraints of the parameters that further_pretrain and within_task_pretrain share.
@@ -287,9 +285,10 @@ def further_pretrain(
     mlm_probability : float, default=0.15
         Share of the tokens to mask (BERT's 15 %).
     whole_word_mask : bool, default=False
-        Mask all the word pieces of a word together (needs a fast tokenizer); chosen words
-        are then always replaced by the mask token (no random tokens, as in transformers'
-        whole-word masking).
+        Mask all the word pieces of a word together (needs a fast tokenizer): the tokenizer's
+        words (BERT's split at spaces and punctuation and make each Chinese character a
+        word); chosen words are then always replaced by the mask token (no random tokens, as
+        in transformers' whole-word masking).
     max_steps : int or None, default=None
         Training steps (batches); overrides ``max_epochs`` when set. Sun et al. train 100,000.
     max_epochs : int, default=1

@@ -262,14 +262,14 @@ def test_pad_features_fills_each_feature_as_padding_needs():
     from skbert._text.encoding import pad_features
 
     rows = [
-        {"input_ids": [2, 7, 3], "special_tokens_mask": [1, 0, 1], "offset_mapping": [(0, 0)] * 3},
-        {"input_ids": [2, 3], "special_tokens_mask": [1, 1], "offset_mapping": [(0, 0)] * 2},
+        {"input_ids": [2, 7, 3], "special_tokens_mask": [1, 0, 1], "word_ids": [-1, 0, -1]},
+        {"input_ids": [2, 3], "special_tokens_mask": [1, 1], "word_ids": [-1, -1]},
     ]
     padded = pad_features(rows, pad_id=0)
     assert set(padded) == set(rows[0])
     np.testing.assert_array_equal(padded["input_ids"], [[2, 7, 3], [2, 3, 0]])
     np.testing.assert_array_equal(padded["special_tokens_mask"], [[1, 0, 1], [1, 1, 1]])
-    assert padded["offset_mapping"].shape == (2, 3, 2)
+    np.testing.assert_array_equal(padded["word_ids"], [[-1, 0, -1], [-1, -1, -1]])
     left = pad_features(rows, pad_id=0, left=True)
     np.testing.assert_array_equal(left["input_ids"], [[2, 7, 3], [0, 2, 3]])
 
@@ -284,15 +284,15 @@ def test_text_windows_are_the_chunks_with_special_tokens(tiny_bert):
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     specials = SpecialTokens.from_tokenizer(tokenizer)
     ids = list(range(10, 17))
-    offsets = [(i, i + 1) for i in range(7)]
-    windows = text_windows(ids, 3, specials, offsets)
+    words = [0, 0, 1, 2, 2, 2, 3]
+    windows = text_windows(ids, 3, specials, words)
     assert [w["input_ids"] for w in windows] == [
         specials.build(chunk)[0] for chunk in split_chunks(ids, 3)
     ]
     assert windows[-1]["special_tokens_mask"] == [1, 0, 1]
-    assert windows[-1]["offset_mapping"] == [(0, 0), (6, 7), (0, 0)]
+    assert [w["word_ids"] for w in windows] == [[-1, 0, 0, 1, -1], [-1, 2, 2, 2, -1], [-1, 3, -1]]
     assert all(w["attention_mask"] == [1] * len(w["input_ids"]) for w in windows)
-    assert "offset_mapping" not in text_windows(ids, 3, specials)[0]
+    assert "word_ids" not in text_windows(ids, 3, specials)[0]
     assert text_windows([], 3, specials) == []  # no token, no window (chunks give one)
 
 

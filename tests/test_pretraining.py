@@ -157,29 +157,25 @@ def test_same_seed_same_checkpoint_and_whole_word_masking(tiny_bert, tmp_path):
      "tiny_modernbert"],
 )  # fmt: skip
 def test_whole_word_masking_masks_words_in_every_family(family, request):
-    """SentencePiece and untrimmed byte-level BPE spans begin with the word's space: each
-    window was taken for one word (masked whole or not at all)."""
-    import re
-
+    """A chosen word's pieces are all chosen, other words apart: the words are the
+    tokenizer's own (word_ids), in every family. (SentencePiece and untrimmed byte-level BPE
+    spans begin with the word's space: grouping by spans took each window for one word.)"""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(request.getfixturevalue(family))
     text = "the cat sat on the mat and the dog was not good"
-    words = [m.span() for m in re.finditer(r"\S+", text)]
     windows = masked_lm_windows(tokenizer, [text] * 8, 32, whole_word_mask=True)
     content = np.array(windows[0]["special_tokens_mask"]) == 0
-    word_of = np.array(
-        [next(w for w, (a, b) in enumerate(words) if a <= s < b) if s < e else -1
-         for s, e in windows[0]["offset_mapping"]]
-    )[content]  # fmt: skip
-    assert len(set(word_of.tolist()) - {-1}) == len(words)
+    word_of = np.array(windows[0]["word_ids"])[content]
+    encoded = tokenizer(text, add_special_tokens=False)
+    assert len(set(word_of.tolist())) == len(text.split()) == len(set(encoded.word_ids()))
     shares = []
     for seed in range(20):
         torch.manual_seed(seed)
         chosen = mask_batch(windows, tokenizer, 0.15, whole_word_mask=True)["labels"] != -100
         chosen = chosen.numpy()[:, : len(content)][:, content]
         for row in chosen:  # a word's pieces are chosen together, words apart
-            for word in set(word_of.tolist()) - {-1}:
+            for word in set(word_of.tolist()):
                 assert len(set(row[word_of == word].tolist())) == 1
         shares.append(chosen.mean())
     assert 0.05 < np.mean(shares) < 0.3
@@ -312,39 +308,74 @@ def test_windows_of_the_real_tokenizer(packaged_model, truncation_side):
 
 
 @pytest.mark.parametrize(("max_length", "truncation_side"), [(5, "left"), (16, "right")])
-def test_whole_word_offsets_line_up_with_the_tokens(tiny_bert, max_length, truncation_side):
+def test_whole_word_ids_line_up_with_the_tokens(tiny_bert, max_length, truncation_side):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert, truncation_side=truncation_side)
     text = "the cats sat on the mat , the dogs sat and it was very good . " * 4
-    whole = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    whole = tokenizer(text, add_special_tokens=False)
     windows = masked_lm_windows(tokenizer, [text], max_length, whole_word_mask=True)
-    offsets = []
+    words = []
     for window in windows:
-        spans = window["offset_mapping"]
-        assert len(spans) == len(window["input_ids"])
-        for token, (start, end), special in zip(
-            window["input_ids"], spans, window["special_tokens_mask"], strict=True
-        ):
-            if special:
-                assert (start, end) == (0, 0)
-            else:
-                piece = tokenizer.convert_ids_to_tokens(token).removeprefix("##")
-                assert text[start:end] == piece
-                offsets.append((start, end))
-    assert offsets == [tuple(span) for span in whole["offset_mapping"]]
+        assert len(window["word_ids"]) == len(window["input_ids"])
+        for word, special in zip(window["word_ids"], window["special_tokens_mask"], strict=True):
+            assert (word == -1) == bool(special)
+            if not special:
+                words.append(word)
+    assert words == whole.word_ids()  # BERT's words: numbered from 0, one at a time
     assert content_ids(windows) == whole["input_ids"]
+
+
+@pytest.mark.parametrize(
+    ("family", "text", "words"),
+    [
+        # each CJK character is a word of BERT's (its normaliser spaces them): grouping by
+        # character spans took a run of them, up to a whole window, for one word
+        ("packaged_model", "我爱北京天安门", ["我", "爱", "北", "京", "天", "安", "门"]),
+        # punctuation is a word of its own in BERT's words
+        ("tiny_bert", "the mat. the dog's", ["the", "mat", ".", "the", "dog", "'", "s"]),
+        # byte-level BPE: the two bytes of "é" are pieces of one word (spans split them)
+        ("tiny_roberta", "the café is good", ["the", " café", " is", " good"]),
+    ],
+)
+def test_whole_words_are_the_tokenizers_words(family, text, words, request):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(request.getfixturevalue(family))
+    [window] = masked_lm_windows(tokenizer, [text], 64, whole_word_mask=True)
+    content = [
+        (token, word)
+        for token, word, special in zip(
+            window["input_ids"], window["word_ids"], window["special_tokens_mask"], strict=True
+        )
+        if not special
+    ]
+    pieces = {}
+    for token, word in content:
+        pieces.setdefault(word, []).append(token)
+    decoded = [tokenizer.decode(ids) for ids in pieces.values()]
+    assert len(decoded) == len(words)  # the vocabularies lack some: [UNK], one word still
+    assert all(d in (w, tokenizer.unk_token) for d, w in zip(decoded, words, strict=True))
+    for seed in range(10):  # every piece of a chosen word is chosen
+        torch.manual_seed(seed)
+        labels = mask_batch([window] * 4, tokenizer, 0.3, whole_word_mask=True)["labels"]
+        for row in (labels[:, : len(window["input_ids"])] != -100).numpy():
+            chosen = row[np.array(window["special_tokens_mask"]) == 0]
+            for word in pieces:
+                same = [c for c, (_, w) in zip(chosen, content, strict=True) if w == word]
+                assert len(set(same)) == 1
 
 
 @pytest.mark.parametrize("whole_word_mask", [False, True])
 def test_masking_draws_as_transformers_collator_does(tiny_bert, whole_word_mask):
     """skbert's masking (which works with every supported transformers) chooses, for a
-    seed, exactly what transformers' DataCollatorForLanguageModeling chooses."""
+    seed, exactly what transformers' DataCollatorForLanguageModeling chooses (whole words: on
+    texts whose words, the tokenizer's, are the collator's, pieces with adjoining spans)."""
     import inspect
 
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
-    from skbert._text.encoding import pad_features
+    from skbert.truncation import split_chunks
 
     options = {"mlm_probability": 0.3}
     if whole_word_mask:
@@ -354,13 +385,25 @@ def test_masking_draws_as_transformers_collator_does(tiny_bert, whole_word_mask)
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
     texts = [LONG_TEXT, "the cats sat", "a dog", "the dogs sat on the mat , love it"]
     rows = masked_lm_windows(tokenizer, texts, 16, whole_word_mask=whole_word_mask)
-    if whole_word_mask:  # the collator's padding would leave the offsets ragged
-        padded = {k: v.tolist() for k, v in pad_features(rows, tokenizer.pad_token_id).items()}
-        given = [
-            dict(zip(padded, values, strict=True)) for values in zip(*padded.values(), strict=True)
-        ]
-    else:
-        given = rows
+    given = rows
+    if whole_word_mask:  # the collator reads character spans, padded here (it would not)
+        spans = []
+        for text in texts:
+            encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            chunks = split_chunks(encoded["offset_mapping"], 16 - 2)
+            spans += [[(0, 0), *chunk, (0, 0)] for chunk in chunks]
+        width = max(len(row["input_ids"]) for row in rows)
+        given = []
+        for row, span in zip(rows, spans, strict=True):
+            n = width - len(row["input_ids"])
+            given.append(
+                {
+                    "input_ids": row["input_ids"] + [tokenizer.pad_token_id] * n,
+                    "attention_mask": row["attention_mask"] + [0] * n,
+                    "special_tokens_mask": row["special_tokens_mask"] + [1] * n,
+                    "offset_mapping": span + [(0, 0)] * n,
+                }
+            )
     collator = DataCollatorForLanguageModeling(tokenizer, **options)
     for seed in range(3):
         torch.manual_seed(seed)

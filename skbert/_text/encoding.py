@@ -255,7 +255,7 @@ def _encode_each(tokenizer, specials, first, second, readout):
     return rows, truncated, truncated
 
 
-def text_windows(ids, budget: int, specials, offsets=None) -> list:
+def text_windows(ids, budget: int, specials, words=None) -> list:
     """All of one text's tokens as model windows, each with the model's special tokens.
 
     The windows are those of ``truncation="chunks"`` without ``max_chunks``: consecutive cuts
@@ -271,20 +271,21 @@ def text_windows(ids, budget: int, specials, offsets=None) -> list:
         Content tokens per window (``max_length`` less the special tokens).
     specials : SpecialTokens
         Where the tokenizer puts its special tokens.
-    offsets : sequence of (int, int) or None, default=None
-        Character offsets of ``ids`` in the text, cut into the same windows.
+    words : sequence of int or None, default=None
+        The word of each of ``ids`` (numbers >= 0, in the text's order), cut into the same
+        windows.
 
     Returns
     -------
     list of dict
         Features per window, as a tokenizer returns them: ``input_ids``, ``attention_mask``,
-        ``special_tokens_mask`` (1 on the special tokens) and, with ``offsets``,
-        ``offset_mapping`` (``(0, 0)`` for the special tokens).
+        ``special_tokens_mask`` (1 on the special tokens) and, with ``words``, ``word_ids``
+        (-1 for the special tokens).
     """
     if not len(ids):
         return []
     prefix, suffix = (len(part) for part in specials.single)
-    spans = None if offsets is None else split_chunks(offsets, budget)
+    word_chunks = None if words is None else split_chunks(words, budget)
     windows = []
     for i, content in enumerate(split_chunks(ids, budget)):
         input_ids, _ = specials.build(content)
@@ -293,9 +294,8 @@ def text_windows(ids, budget: int, specials, offsets=None) -> list:
             "attention_mask": [1] * len(input_ids),
             "special_tokens_mask": [1] * prefix + [0] * len(content) + [1] * suffix,
         }
-        if spans is not None:
-            content_spans = [tuple(span) for span in spans[i]]
-            window["offset_mapping"] = [(0, 0)] * prefix + content_spans + [(0, 0)] * suffix
+        if word_chunks is not None:
+            window["word_ids"] = [-1] * prefix + list(word_chunks[i]) + [-1] * suffix
         windows.append(window)
     return windows
 
@@ -330,13 +330,13 @@ def pad_rows(rows, width: int, fill=0, *, left: bool = False) -> np.ndarray:
 
 
 #: What :func:`pad_features` pads each feature with (``input_ids``: the pad token's id): the
-#: padding is masked out, counts as a special token (never chosen for masking), has no
-#: characters, and no masked-LM target.
+#: padding is masked out, counts as a special token (never chosen for masking), is in no
+#: word, and has no masked-LM target.
 PADDING = {
     "attention_mask": 0,
     "token_type_ids": 0,
     "special_tokens_mask": 1,
-    "offset_mapping": (0, 0),
+    "word_ids": -1,
     "labels": -100,
 }
 
@@ -356,8 +356,7 @@ def pad_features(rows, pad_id: int, *, left: bool = False) -> dict:
     Returns
     -------
     dict of ndarray
-        ``{key: int64 array of shape (n_rows, longest)}`` (``(n_rows, longest, 2)`` for
-        ``offset_mapping``).
+        ``{key: int64 array of shape (n_rows, longest)}``.
     """
     width = max(len(row["input_ids"]) for row in rows)
     fill = {**PADDING, "input_ids": pad_id}

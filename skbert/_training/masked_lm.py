@@ -7,7 +7,10 @@ within-task phase of ``BertTextClassifier(mlm_steps=...)``); the windows come fr
 Masking is BERT's (15 % of the tokens, of which 80 % become the mask token, 10 % a random token,
 10 % stay; optionally whole words), drawn exactly as transformers 5's
 ``DataCollatorForLanguageModeling`` draws it but without depending on that class, whose
-arguments changed across the supported transformers versions.
+arguments changed across the supported transformers versions. Whole words are the tokenizer's
+own (its ``word_ids``: BERT's tokenizers split at spaces and punctuation and make each Chinese
+or Japanese character a word), where that collator groups pieces by adjoining character spans
+(a run of characters without spaces, a word with its full stop, were one word to it).
 """
 
 from __future__ import annotations
@@ -120,21 +123,22 @@ def mask_batch(rows, tokenizer, mlm_probability=0.15, whole_word_mask=False) -> 
     ``whole_word_mask``, that share of the words, all their pieces); 80 % of them become the
     mask token, 10 % a random token, 10 % stay (with ``whole_word_mask``, all become the mask
     token). The draws come from the global torch RNG, in the order and with the probabilities
-    of transformers 5's ``DataCollatorForLanguageModeling``, so a seed gives the same masks;
-    but where that would choose nothing in the whole batch (short windows, small batches),
-    one token (or word) is chosen at random, so that every batch has a loss.
+    of transformers 5's ``DataCollatorForLanguageModeling``, so a seed gives the same masks
+    (with ``whole_word_mask``, where its words and the tokenizer's agree); but where that
+    would choose nothing in the whole batch (short windows, small batches), one token (or
+    word) is chosen at random, so that every batch has a loss.
 
     Parameters
     ----------
     rows : list of dict
-        Windows from :func:`skbert.pretraining.masked_lm_windows` (with ``offset_mapping``
-        for whole words).
+        Windows from :func:`skbert.pretraining.masked_lm_windows` (with ``word_ids`` for
+        whole words).
     tokenizer : transformers tokenizer
         Gives the pad and mask token ids, the vocabulary size and the padding side.
     mlm_probability : float, default=0.15
         Share of the tokens (or words) to choose.
     whole_word_mask : bool, default=False
-        Choose whole words (word pieces grouped by their character offsets).
+        Choose whole words (the word pieces of one word of the tokenizer's ``word_ids``).
 
     Returns
     -------
@@ -147,7 +151,7 @@ def mask_batch(rows, tokenizer, mlm_probability=0.15, whole_word_mask=False) -> 
     special = padded["special_tokens_mask"].astype(bool)
     labels = input_ids.clone()
     if whole_word_mask:
-        word_ids, first_pieces = _word_ids(padded["offset_mapping"], special)
+        word_ids, first_pieces = _word_ids(padded["word_ids"], special)
         can_choose = torch.from_numpy(first_pieces)
     else:
         can_choose = torch.from_numpy(~special)
@@ -173,15 +177,14 @@ def mask_batch(rows, tokenizer, mlm_probability=0.15, whole_word_mask=False) -> 
     return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
 
 
-def _word_ids(offsets, special):
-    """Word id of each token (-1 for special tokens) and where each word's first piece is:
-    a token starts a word unless it begins where the previous token ended."""
-    starts, ends = offsets[:, :, 0], offsets[:, :, 1]
-    previous_end = np.roll(ends, 1, axis=1)
-    previous_end[:, 0] = -1
+def _word_ids(words, special):
+    """Word id of each token of the batch (-1 for special tokens), numbered in each row, and
+    where each word's first piece is: a token starts a word unless it is of the previous
+    token's word (a window's first token starts one, the rest of its word before the cut)."""
+    previous = np.roll(words, 1, axis=1)
     previous_special = np.roll(special, 1, axis=1)
-    previous_special[:, 0] = False
-    first = ~special & ((starts != previous_end) | previous_special)
+    previous_special[:, 0] = True
+    first = ~special & ((words != previous) | previous_special)
     word_ids = np.cumsum(first, axis=1)
     word_ids[special] = -1
     return word_ids, first
