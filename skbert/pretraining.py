@@ -86,8 +86,7 @@ def load_masked_lm(model=DEFAULT_MODEL):
     UserWarning
         When the checkpoint has no trained masked-LM head (sentence-transformers checkpoints
         such as all-MiniLM-L6-v2 keep only the encoder): the head starts from random weights
-        (the output projection stays tied to the word embeddings), so the first steps mostly
-        train the head.
+        (tied to the word embeddings where the model ties them); the first steps train it.
     """
     fitted = fitted_encoder_source(model)
     if fitted is not None:
@@ -124,11 +123,13 @@ def load_masked_lm(model=DEFAULT_MODEL):
                 )
     head_missing = [k for k in info["missing_keys"] if "pooler" not in k]
     if head_missing:
+        tied = getattr(mlm.config, "tie_word_embeddings", True)
+        projection = "tied to the word embeddings" if tied else "random too (not tied)"
         warnings.warn(
-            f"model={name!r} has no trained masked-LM head: {len(head_missing)} weights "
-            f"(e.g. {head_missing[0]!r}) start from random values, the output projection "
-            "tied to the word embeddings. The first steps mostly train this head; give the "
-            "pre-training enough steps (hundreds) for the encoder to gain from it.",
+            f"model={name!r} has no trained masked-LM head: {len(head_missing)} weights (e.g. "
+            f"{head_missing[0]!r}) start from random values, the output projection {projection}."
+            " The first steps mostly train this head; give the pre-training enough steps "
+            "(hundreds) for the encoder to gain from it.",
             UserWarning,
             stacklevel=user_stacklevel(),
         )

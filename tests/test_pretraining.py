@@ -1,6 +1,7 @@
 """Further masked-LM pre-training, within-task pre-training in fit, and encoder hand-over."""
 
 import math
+import re
 import warnings
 
 import numpy as np
@@ -226,6 +227,16 @@ def test_a_sentence_transformers_pipeline_is_kept_with_the_weights(tiny_bert, tm
         assert [m["path"] for m in written] == ["", "1_Pooling", "2_Normalize"]  # weights: root
         assert (tmp_path / out / "1_Pooling" / "config.json").is_file()
         assert BertSentenceTransformer(out, device="cpu").fit(TEXTS).normalize_ is True
+    # a second round in the same folder (model= the output): its pipeline stays (it raised
+    # SameFileError copying the files onto themselves, after writing the weights)
+    out = tmp_path / "out-str"
+    before = (out / "model.safetensors").read_bytes()
+    assert pretrain(str(out), out, max_steps=1) == str(out)
+    assert (out / "model.safetensors").read_bytes() != before  # trained once more
+    assert [m["path"] for m in json.loads((out / "modules.json").read_text())] == [
+        "", "1_Pooling", "2_Normalize"
+    ]  # fmt: skip
+    assert BertSentenceTransformer(str(out), device="cpu").fit(TEXTS).normalize_ is True
     plain = pretrain(tiny_bert, tmp_path / "plain", max_steps=1)
     assert not (tmp_path / plain / "modules.json").exists()
     # a folder written before keeps no pipeline of another model
@@ -467,6 +478,20 @@ def test_further_pretrain_reads_both_sentences_of_pairs(tiny_bert, tmp_path, mon
     pairs = np.array([["the cat", "a dog"], ["the mat", "good film"]], dtype=object)
     further_pretrain(pairs, tmp_path / "out", model=tiny_bert, max_steps=1, verbose=0)
     assert seen == [["the cat", "the mat", "a dog", "good film"]]
+
+
+def test_the_head_warning_says_whether_the_projection_is_tied(tiny_bert, tmp_path_factory):
+    from conftest import SMALL, save_tiny
+    from transformers import BertConfig, BertModel
+
+    untied = save_tiny(
+        tmp_path_factory, "bert-untied", BertModel, BertConfig(**SMALL, tie_word_embeddings=False)
+    )
+    for model, says in ((tiny_bert, "tied to the word"), (untied, "random too (not tied)")):
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            with pytest.warns(UserWarning, match=f"the output projection {re.escape(says)}"):
+                load_masked_lm(model)
 
 
 def test_warns_when_the_checkpoint_has_no_masked_lm_head(tiny_bert, tmp_path):

@@ -321,6 +321,8 @@ def copy_sentence_pipeline(model: str, output_dir) -> bool:
     written = [{**modules[0], "path": ""}, *modules[1:]]
     with open(os.path.join(output_dir, "modules.json"), "w", encoding="utf-8") as handle:
         json.dump(written, handle, indent=2)
+    if os.path.samefile(directory, output_dir):  # pre-trained again in place: all there
+        return True
     for name in ("sentence_bert_config.json", "config_sentence_transformers.json"):
         if os.path.isfile(os.path.join(directory, name)):
             shutil.copy2(os.path.join(directory, name), os.path.join(output_dir, name))
