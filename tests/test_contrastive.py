@@ -841,6 +841,41 @@ def test_wise_alpha_leaves_new_layers_trained(tiny_bert):
         torch.testing.assert_close(param, ends[name], rtol=0, atol=0)
 
 
+def test_wise_alpha_averages_the_checkpoints_pooler_too(tiny_bert, tmp_path_factory):
+    """pooling='pooler' reads a copy of the checkpoint's pooler, trained with the encoder:
+    it was left trained, so wise_alpha=0 did not give the pre-trained vectors back. A
+    checkpoint without pooler weights starts it random: a new layer, left trained."""
+    from conftest import SMALL, save_tiny
+    from transformers import BertConfig, BertModel
+
+    pooler = {"pooling": "pooler", "layer": -1}
+
+    def pooling_weights(estimator):
+        named = estimator.network_.named_parameters()
+        return {name: p.detach().clone() for name, p in named if name.startswith("pooling.")}
+
+    pretrained = BertSentenceTransformer(tiny_bert, device="cpu", **pooler).fit(TEXTS)
+    zero = make(tiny_bert, wise_alpha=0.0, **pooler).fit(TEXTS, LABELS)
+    np.testing.assert_array_equal(zero.transform(TEXTS), pretrained.transform(TEXTS))
+    trained = make(tiny_bert, wise_alpha=1.0, **pooler).fit(TEXTS, LABELS)
+    half = make(tiny_bert, wise_alpha=0.5, **pooler).fit(TEXTS, LABELS)
+    start, end, mid = (pooling_weights(e) for e in (pretrained, trained, half))
+    assert start and any(not torch.equal(start[name], end[name]) for name in start)
+    for name in start:
+        torch.testing.assert_close(mid[name], 0.5 * start[name] + 0.5 * end[name])
+    no_pooler = save_tiny(
+        tmp_path_factory,
+        "bert-without-pooler",
+        lambda config: BertModel(config, add_pooling_layer=False),
+        BertConfig(**SMALL),
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*no trained pooler weights")
+        new = [make(no_pooler, wise_alpha=a, **pooler).fit(TEXTS, LABELS) for a in (0.0, 1.0)]
+    for name, value in pooling_weights(new[0]).items():
+        assert torch.equal(value, pooling_weights(new[1])[name]), name  # trained, as new
+
+
 def test_wise_alpha_with_warm_start_averages_with_the_fitted_encoder(tiny_bert):
     est = make(tiny_bert, wise_alpha=1.0, warm_start=True).fit(TEXTS, LABELS)
     first = est.transform(TEXTS)
@@ -918,3 +953,40 @@ def test_in_batch_losses_are_refused_in_a_launch_before_the_model_loads(loss, mo
     contrastive.refuse_split_batches("cosine")  # drawn pairs train alike in a launch
     monkeypatch.setattr(contrastive, "current_share", lambda: Share())
     contrastive.refuse_split_batches(loss)  # one process
+
+
+@pytest.mark.parametrize(
+    "loss", ["cosine", "batch-cosine", "cosent", "supcon", "batch-hard-triplet"]
+)
+def test_the_losses_compute_in_float32_in_a_bf16_fit(loss):
+    """The training loop calls the loss inside autocast: the cosine matrix (and the rows'
+    gather) ran in bfloat16, supcon's gradient 15 % off float32's."""
+    from types import SimpleNamespace
+
+    from skbert._estimator.contrastive import contrastive_training
+
+    labels = np.arange(32) % 4
+    generator = torch.Generator().manual_seed(0)
+    vectors = torch.randn(4, 48, generator=generator)[labels]
+    vectors = vectors + 0.6 * torch.randn(32, 48, generator=generator)
+    estimator = SimpleNamespace(
+        contrastive_loss=loss,
+        pairs_per_text=2,
+        temperature=0.1,
+        batch_size=16,
+        _batch_tensors=lambda encoded, texts, device: torch.as_tensor(texts),
+    )
+    _, loss_fn = contrastive_training(estimator, None, labels, torch.device("cpu"))
+    batch = np.arange(16) if loss != "cosine" else np.array([[i, i + 1, i % 2] for i in range(15)])
+
+    def value_and_gradient(autocast):
+        z = vectors.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            value = loss_fn(lambda texts: z[texts], batch)
+        (gradient,) = torch.autograd.grad(value, z)
+        return value, gradient
+
+    value, gradient = value_and_gradient(autocast=False)
+    under_bf16, gradient_bf16 = value_and_gradient(autocast=True)
+    assert under_bf16.dtype == torch.float32
+    assert torch.equal(under_bf16, value) and torch.equal(gradient_bf16, gradient)

@@ -116,3 +116,12 @@ def autocast(device: torch.device, dtype):
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def full_precision(device: torch.device):
+    """A block inside :func:`autocast` that computes in float32 (a loss whose products of
+    float32 vectors autocast would run in bfloat16 or float16)."""
+    try:
+        return torch.autocast(device_type=device.type, enabled=False)
+    except RuntimeError:  # a device autocast does not know (MPS on old torch): none is on
+        return contextlib.nullcontext()

@@ -170,6 +170,11 @@ class PairSampler:
         self.batch_size = batch_size
         n = self.index.n_texts
         self.has_positive, self.has_negative = _texts_with_partners(self.index)
+        # whether each text has them, looked up per anchor (np.isin sorted all the texts
+        # at every batch: O(n_texts) a batch, an epoch quadratic in the texts)
+        self._can_pair = np.zeros((2, n), dtype=bool)
+        self._can_pair[0, self.has_positive] = True
+        self._can_pair[1, self.has_negative] = True
         self.n_pairs = 2 * pairs_per_text * n
         self._order_key, self._order = None, None
         if not self.index.multilabel:  # each text's position among its class's members
@@ -209,8 +214,7 @@ class PairSampler:
 
     def _stand_ins(self, anchors, positive, rng) -> np.ndarray:
         """Anchors, with a text that has such a partner in place of one that has none."""
-        has_pos = np.isin(anchors, self.has_positive)
-        has_neg = np.isin(anchors, self.has_negative)
+        has_pos, has_neg = self._can_pair[:, anchors]
         lacking_pos, lacking_neg = positive & ~has_pos, ~positive & ~has_neg
         anchors = anchors.copy()
         anchors[lacking_pos] = rng.choice(self.has_positive, int(lacking_pos.sum()))

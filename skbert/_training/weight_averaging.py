@@ -25,11 +25,12 @@ class StartingWeights:
     ----------
     module : torch.nn.Module
         The network about to train (its parameters are copied, on the CPU).
-    prefix : str, default=""
-        Only the parameters whose names start with it (e.g. the pre-trained backbone's).
+    prefix : str or tuple of str, default=""
+        Only the parameters whose names start with it (or one of them: e.g. the pre-trained
+        backbone's).
     """
 
-    def __init__(self, module: torch.nn.Module, prefix: str = "") -> None:
+    def __init__(self, module: torch.nn.Module, prefix: str | tuple = "") -> None:
         self.weights = {
             name: param.detach().to("cpu", copy=True)
             for name, param in module.named_parameters()
