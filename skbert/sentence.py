@@ -531,7 +531,7 @@ class BertSentenceTransformer(
     def _vectors(self, first, second=None) -> np.ndarray:
         """Unnormalised vectors, from the feature cache when ``memory`` is in force."""
         root = memory_location(self.memory, read_fine_tune(self.fine_tune))
-        if root is not None:
+        if root is not None and "objective_" not in vars(self):  # never a trained network's
             return cached_transform(self, first, second, root)
         return self._forward_all(first, second)
 

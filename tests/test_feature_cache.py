@@ -666,3 +666,114 @@ def test_memory_naming_a_file_is_named(tiny_bert, tmp_path):
     path.write_text("x")
     with pytest.raises(FeatureCacheError, match=r"memory=.*a-file' is a file, not a folder"):
         make(tiny_bert, memory=path).fit(TEXTS)
+
+
+def test_a_checkpoint_without_a_pooler_gives_the_same_random_pooler_cached_or_not(
+    tmp_path_factory, tmp_path
+):
+    """transformers draws a missing pooler from the global generator: each load another, so
+    the cache (keyed on the folder's files) served one pooler's vectors beside another's in
+    one output, and a memory= fit never warned that the pooler was random."""
+    import torch
+    from conftest import save_tiny
+    from transformers import BertConfig, BertModel
+
+    from skbert._nn.backbone import load_backbone
+
+    folder = save_tiny(
+        tmp_path_factory,
+        "bert-without-pooler",
+        lambda config: BertModel(config, add_pooling_layer=False),
+        BertConfig(**SMALL),
+    )
+    torch.manual_seed(1)
+    first = load_backbone(folder)[1].pooler.state_dict()
+    torch.manual_seed(2)
+    second = load_backbone(folder)[1].pooler.state_dict()
+    assert all(torch.equal(first[name], second[name]) for name in first)
+    pooler = {"pooling": "pooler", "layer": -1}
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        make(folder, memory=tmp_path, **pooler).fit(TEXTS[:4]).transform(TEXTS[:4])
+        torch.manual_seed(3)
+        mixed = make(folder, memory=tmp_path, **pooler).fit(TEXTS).transform(TEXTS)
+        plain = make(folder, **pooler).fit(TEXTS).transform(TEXTS)
+    np.testing.assert_array_equal(mixed, plain)
+    said = [w for w in record if "no trained pooler weights" in str(w.message)]
+    assert len(said) == 3 and {w.filename for w in said} == {__file__}
+
+
+def test_a_trained_network_is_never_served_from_the_cache(tiny_bert, tmp_path):
+    """A fit of fine_tune='top' read after set_params(fine_tune='none', memory=...): the key
+    (the backbone's weights) left the trained pooling out, so two fits of other seeds were
+    served one's vectors (and a trained chunk attention crashed on the cached widths)."""
+    cnn = {"pooling": "cnn", "cnn_channels": 4, "cnn_kernel_sizes": (1, 3)}
+    y = [0, 1] * (len(TEXTS) // 2)
+    vectors = []
+    for seed in (0, 1):
+        est = make(tiny_bert, fine_tune="top", max_epochs=1, random_state=seed, **cnn)
+        own = est.fit(TEXTS[: len(y)], y).transform(TEXTS)
+        est.set_params(fine_tune="none", memory=tmp_path)
+        np.testing.assert_array_equal(est.transform(TEXTS), own)
+        vectors.append(own)
+    assert not np.array_equal(*vectors)
+    assert not (tmp_path / "skbert-features").exists()  # nothing written for them
+
+
+def test_the_key_holds_the_software_that_makes_the_vectors(tiny_bert, tmp_path, monkeypatch):
+    """A change of skbert's encoding (split_special_tokens, c8e8436) or of torch,
+    transformers or tokenizers is a new key: the cache served the earlier code's vectors."""
+    from skbert._storage import feature_cache
+
+    est = make(tiny_bert, memory=tmp_path).fit(TEXTS)
+    est.transform(TEXTS)
+    assert set(feature_cache.software()) == {
+        "skbert encoding",
+        "torch",
+        "transformers",
+        "tokenizers",
+    }
+    monkeypatch.setattr(feature_cache, "software", lambda: {"skbert encoding": 1})
+    est.transform(TEXTS)
+    keys = sorted(p.name for p in (tmp_path / "skbert-features").iterdir())
+    assert len(keys) == 2  # the same texts stored again, under a key of their own
+
+
+def test_the_weights_key_holds_split_special_tokens(tiny_bert):
+    from transformers import AutoTokenizer
+
+    from skbert._nn.backbone import load_backbone
+    from skbert._storage.fingerprint import state_fingerprint
+
+    backbone = load_backbone(tiny_bert)[1]
+    keys = {
+        state_fingerprint(backbone, AutoTokenizer.from_pretrained(tiny_bert, **split))
+        for split in ({}, {"split_special_tokens": True})
+    }
+    assert len(keys) == 2
+
+
+def test_a_folder_seen_changed_is_hashed_anew_for_the_next_fit(tiny_bert, tmp_path):
+    """A tokenizer rewritten with its size and time kept (cp -p, rsync -t): the deferred load
+    saw the change and said "Fit again", but the memo kept the old hash, so every later fit
+    in the process got it (and the old tokenizer), and refused for ever."""
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_bert, folder)
+    cache = tmp_path / "cache"
+    before = make(str(folder), memory=cache).fit(TEXTS).transform(TEXTS)
+    path = folder / "tokenizer.json"
+    stat = path.stat()
+    text = path.read_text()
+    vocab = json.loads(text)["model"]["vocab"]
+    cat, dog = vocab["cat"], vocab["dog"]
+    swapped = text.replace(f'"cat": {cat}', '"cat": @').replace(f'"dog": {dog}', f'"dog": {cat}')
+    swapped = swapped.replace('"cat": @', f'"cat": {dog}')
+    assert swapped != text and len(swapped) == len(text)
+    path.write_text(swapped)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    stale = make(str(folder), memory=cache).fit(TEXTS)
+    with pytest.raises(RuntimeError, match="changed after fit"):
+        stale.transform(TEXTS + ["a new text"])
+    fresh = make(str(folder), memory=cache).fit(TEXTS).transform(TEXTS)
+    np.testing.assert_array_equal(fresh, make(str(folder)).fit(TEXTS).transform(TEXTS))
+    assert not np.array_equal(fresh, before)

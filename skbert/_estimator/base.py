@@ -26,7 +26,7 @@ from .._core.flops import training_flops
 from .._core.messages import report, user_stacklevel
 from .._inference.int8 import int8_unavailable
 from .._inference.predict import low_precision_copy, predict_rows
-from .._nn.backbone import UNTRAINED_POOLER, SpecialTokens, model_max_length, quiet_loading
+from .._nn.backbone import SpecialTokens, model_max_length, quiet_loading
 from .._nn.network import SentenceEncoder, weights_version
 from .._nn.state import network_from_state, network_to_state
 from .._storage.files import check_output_dir
@@ -40,7 +40,12 @@ from .model_source import fitted_encoder_source, load_encoder
 from .persistence import folder as _persistence
 from .persistence.registry import register_estimator
 from .prediction_cache import forget_fit, prediction_cache, remembered
-from .readout import check_readout_parameters, refuse_untrained, resolve_readout
+from .readout import (
+    check_readout_parameters,
+    refuse_untrained,
+    resolve_readout,
+    warn_untrained_pooler,
+)
 
 __all__ = ["BertEstimatorBase"]
 
@@ -263,15 +268,7 @@ class BertEstimatorBase(BaseEstimator):
         """Load the encoder and tokenizer, resolve the read-out (for a fit that ``trains``, or
         not: see :meth:`_resolve_readout`); return the network."""
         tokenizer, backbone = load_encoder(self.model)
-        if self.pooling == "pooler" and getattr(backbone, UNTRAINED_POOLER, False):
-            warnings.warn(
-                f"model={self.model!r} has no trained pooler weights (a masked-LM checkpoint, "
-                "such as further_pretrain writes from one without them), so pooling='pooler' "
-                "reads a dense layer of random values: train it (fine_tune='full' or 'top') "
-                "or use another pooling.",
-                UserWarning,
-                stacklevel=user_stacklevel(),
-            )
+        warn_untrained_pooler(self.model, backbone, self.pooling)
         self._resolve_readout(tokenizer, backbone.config, trains)
         return SentenceEncoder(backbone, self.readout_).eval()
 

@@ -17,6 +17,7 @@ from .._nn.backbone import load_backbone
 from .._nn.network import SentenceEncoder
 from .._nn.readout import Readout
 from .._storage.fingerprint import directory_fingerprint
+from .readout import warn_untrained_pooler
 
 __all__ = ["DeferredNetwork"]
 
@@ -61,6 +62,7 @@ class DeferredNetwork:
         self._check_unchanged()
         _, backbone = load_backbone(self.folder)
         self._check_unchanged()
+        warn_untrained_pooler(self.folder, backbone, self.readout.pooling)
         return SentenceEncoder(backbone, self.readout).eval()
 
     def _check_unchanged(self) -> None:

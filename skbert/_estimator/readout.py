@@ -12,7 +12,10 @@ interprets the raw parameters again.
 from __future__ import annotations
 
 import sys
+import warnings
 
+from .._core.messages import user_stacklevel
+from .._nn.backbone import UNTRAINED_POOLER
 from .._nn.readout import Readout
 from ..pooling import TRAINABLE_CHUNK_POOLINGS, TRAINABLE_POOLINGS
 from .validation import check_kernel_sizes, check_layers
@@ -130,4 +133,18 @@ def _refuse_wide_pooler(params: dict, layers: tuple, width: str) -> None:
             f"pooling='pooler' reads one hidden state per token (the pooler's dense layer takes "
             f"{width} values), but layer={params['layer']!r} with layer_combine='concat' "
             "widens it; use one layer, or layer_combine='mean' or 'max'."
+        )
+
+
+def warn_untrained_pooler(model, backbone, pooling) -> None:
+    """Warn that ``pooling="pooler"`` reads random weights, where ``backbone``'s checkpoint
+    had no pooler (loaded by a fit, or later by a ``memory=`` fit's deferred network)."""
+    if pooling == "pooler" and getattr(backbone, UNTRAINED_POOLER, False):
+        warnings.warn(
+            f"model={model!r} has no trained pooler weights (a masked-LM checkpoint, such as "
+            "further_pretrain writes from one without them), so pooling='pooler' reads a dense "
+            "layer of random values: train it (fine_tune='full' or 'top') or use another "
+            "pooling.",
+            UserWarning,
+            stacklevel=user_stacklevel(),
         )

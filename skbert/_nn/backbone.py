@@ -154,7 +154,9 @@ def load_backbone(model: str):
     # it; only encoder weights that are missing matter. The pooler, read by pooling="pooler"
     # only, is marked instead (masked-LM checkpoints, as transformers' own, have none).
     missing = [k for k in info["missing_keys"] if "pooler" not in k]
-    setattr(encoder, UNTRAINED_POOLER, any("pooler" in k for k in info["missing_keys"]))
+    pooler = [k for k in info["missing_keys"] if "pooler" in k]
+    setattr(encoder, UNTRAINED_POOLER, bool(pooler))
+    _same_random_weights(encoder, pooler)
     if missing:
         warnings.warn(
             f"model={model!r}: {len(missing)} encoder weights are not in the checkpoint and "
@@ -370,6 +372,29 @@ def quiet_loading():
             hf_logging.set_verbosity(verbosity)
             if bars_were_on:
                 hf_logging.enable_progress_bar()
+
+
+def _same_random_weights(encoder, names) -> None:
+    """Give the weights ``names`` that the checkpoint lacks (the pooler of a masked-LM
+    checkpoint) the same random values at every load, in every process.
+
+    transformers draws them from the global generator: each load gave another pooler, and
+    the feature cache (keyed on the checkpoint's files) served vectors of one beside vectors
+    of another in one output. Drawn here from a generator of their own (normal with the
+    configuration's ``initializer_range``, biases 0, as transformers initialises a Linear).
+    """
+    generator = torch.Generator().manual_seed(0)
+    std = float(getattr(encoder.config, "initializer_range", 0.02))
+    params = dict(encoder.named_parameters())
+    with torch.no_grad():
+        for name in sorted(names):
+            param = params.get(name)
+            if param is None:
+                continue
+            if param.ndim > 1:
+                param.copy_(torch.randn(param.shape, generator=generator) * std)
+            else:
+                param.zero_()
 
 
 #: model types whose position ids start at ``padding_idx + 1`` (transformers'

@@ -414,7 +414,30 @@ def cache_key(
         "attention": attention,
         "products": products,
         "readout": what,
+        "software": software(),
     }
+
+
+#: skbert's version of how texts become vectors, raised by a change that alters the token
+#: rows or the vectors of some texts, so that the cache keys them anew (2: special tokens in
+#: a text are read as the tokenizer reads them, split_special_tokens; the cache served the
+#: vectors of the earlier rows)
+ENCODING_VERSION = 2
+
+
+@functools.lru_cache(maxsize=1)
+def software() -> dict:
+    """What else makes the vectors: skbert's :data:`ENCODING_VERSION` and the versions of
+    torch, transformers and tokenizers (an upgrade may tokenize or sum otherwise)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"skbert encoding": ENCODING_VERSION}
+    for name in ("torch", "transformers", "tokenizers"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def get_store(root, description: dict) -> FeatureStore:

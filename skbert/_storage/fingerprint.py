@@ -6,9 +6,10 @@ checkpoint overwritten in place is never mistaken for the one that was there bef
 
 from __future__ import annotations
 
-import functools
+import collections
 import hashlib
 import json
+import threading
 from pathlib import Path
 
 import torch
@@ -42,12 +43,27 @@ def directory_fingerprint(path, *, fresh: bool = False) -> str:
     path = Path(path).resolve()
     files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
     stats = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-    if fresh:
-        return _hash_files.__wrapped__(str(path), stats)
-    return _hash_files(str(path), stats)
+    key = (str(path), stats)
+    with _LOCK:
+        known = None if fresh else _MEMO.get(key)
+    if known is not None:
+        with _LOCK:
+            _MEMO.move_to_end(key)
+        return known
+    digest = _hash_files(*key)
+    with _LOCK:  # a fresh hash replaces a stale one: later fits see the files as they are
+        _MEMO[key] = digest
+        _MEMO.move_to_end(key)
+        while len(_MEMO) > 64:
+            _MEMO.popitem(last=False)
+    return digest
 
 
-@functools.lru_cache(maxsize=64)
+#: ``(folder, its files' names, sizes and times) -> hash``, the 64 most recently used
+_MEMO: collections.OrderedDict = collections.OrderedDict()
+_LOCK = threading.Lock()
+
+
 def _hash_files(directory: str, stats: tuple) -> str:
     digest = hashlib.blake2b(digest_size=20)
     for name, _, _ in stats:
@@ -82,6 +98,9 @@ def state_fingerprint(backbone, tokenizer) -> str:
         vocab = sorted(tokenizer.get_vocab().items())
         digest.update(json.dumps([type(tokenizer).__name__, vocab], default=str).encode())
     digest.update(json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str).encode())
+    # a setting of the tokenizer object, not of its backend: "[SEP]" in a text read as text
+    split = bool(getattr(tokenizer, "split_special_tokens", False))
+    digest.update(f"split_special_tokens={split}".encode())
     return digest.hexdigest()
 
 
