@@ -38,10 +38,9 @@ LAYERS = [1, 3, 5, -1]
 
 
 def clear_memos():
-    import _feature_cache
-    import _fingerprint
-
     import skbert._nn.backbone as _backbone
+    import skbert._storage.feature_cache as _feature_cache
+    import skbert._storage.fingerprint as _fingerprint
 
     _fingerprint.clear_memo()
     _feature_cache.clear_memo()

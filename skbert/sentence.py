@@ -91,7 +91,8 @@ max_epochs : int, default=1
     Passes over the training data (SBERT trains one epoch on STS-B).
 random_state : int, RandomState instance or None, default=None
     Seeds the training (new weights, dropout, batch order); the same seed gives the same
-    model bit for bit on the CPU (not for fits run at once in threads). None draws a seed.
+    model bit for bit on the CPU (with the same number of torch threads; fits started at
+    once in threads of one process train one at a time). None draws a seed.
 warm_start : bool, default=False
     Continue training the fitted encoder on the next ``fit``. The output layer is kept
     too when the objective is the same, else a new one is started; so SBERT's recipe,

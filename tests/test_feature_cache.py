@@ -668,23 +668,26 @@ def test_memory_naming_a_file_is_named(tiny_bert, tmp_path):
         make(tiny_bert, memory=path).fit(TEXTS)
 
 
+@pytest.mark.parametrize("saved", ["BertModel", "BertForMaskedLM"])
 def test_a_checkpoint_without_a_pooler_gives_the_same_random_pooler_cached_or_not(
-    tmp_path_factory, tmp_path
+    saved, tmp_path_factory, tmp_path
 ):
     """transformers draws a missing pooler from the global generator: each load another, so
     the cache (keyed on the folder's files) served one pooler's vectors beside another's in
-    one output, and a memory= fit never warned that the pooler was random."""
+    one output, and a memory= fit never warned that the pooler was random. (A masked-LM
+    checkpoint: transformers 4 names its missing keys 'bert.pooler...'.)"""
     import torch
     from conftest import save_tiny
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig, BertForMaskedLM, BertModel
 
     from skbert._nn.backbone import load_backbone
 
+    builders = {
+        "BertModel": lambda config: BertModel(config, add_pooling_layer=False),
+        "BertForMaskedLM": BertForMaskedLM,  # has no pooler
+    }
     folder = save_tiny(
-        tmp_path_factory,
-        "bert-without-pooler",
-        lambda config: BertModel(config, add_pooling_layer=False),
-        BertConfig(**SMALL),
+        tmp_path_factory, f"{saved}-without-pooler", builders[saved], BertConfig(**SMALL)
     )
     torch.manual_seed(1)
     first = load_backbone(folder)[1].pooler.state_dict()
@@ -777,3 +780,17 @@ def test_a_folder_seen_changed_is_hashed_anew_for_the_next_fit(tiny_bert, tmp_pa
     fresh = make(str(folder), memory=cache).fit(TEXTS).transform(TEXTS)
     np.testing.assert_array_equal(fresh, make(str(folder)).fit(TEXTS).transform(TEXTS))
     assert not np.array_equal(fresh, before)
+
+
+def test_the_fingerprint_memo_clears(tiny_bert, monkeypatch):
+    """benchmarks/bench_grid.py times a cold start with clear_memo (it raised AttributeError
+    once the memo stopped being an lru_cache)."""
+    from skbert._storage import fingerprint
+
+    first = fingerprint.directory_fingerprint(tiny_bert)
+    hashed = []
+    real = fingerprint._hash_files
+    monkeypatch.setattr(fingerprint, "_hash_files", lambda *a: hashed.append(a) or real(*a))
+    assert fingerprint.directory_fingerprint(tiny_bert) == first and not hashed  # memoised
+    fingerprint.clear_memo()
+    assert fingerprint.directory_fingerprint(tiny_bert) == first and len(hashed) == 1

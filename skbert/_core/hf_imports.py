@@ -8,7 +8,7 @@ worker with two threads) had one of them fail with ``ImportError: cannot import 
 'AutoModel' from 'transformers'``, five times in five. skbert's loading of tokenizers, models
 and configurations, and its building of models from a configuration, run under
 :func:`transformers_lock`, one thread at a time (the save and restore of transformers' logging
-settings around them too); prediction does not take it.
+settings around them too); predictions of a loaded model do not take it.
 
 Lock order: a thread that needs torch's generators too (:func:`skbert._core.rng.rng_lock`)
 takes them first, never while it holds this lock.

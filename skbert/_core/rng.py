@@ -11,8 +11,12 @@ fits in threads of one process (``GridSearchCV`` under joblib's threading backen
 worker with two threads) drew each other's dropout masks, and the one that ended first put
 back, under the other, the state from before it began, so neither followed its
 ``random_state``. Every block that seeds, draws from or puts back the generators holds
-:func:`rng_lock` (:func:`seeded`, :func:`forked`): such blocks in threads of one process take
-turns, and each draws what it would alone. Prediction draws nothing and does not take it.
+:func:`rng_lock` (:func:`seeded`, :func:`forked`, the loading of a model, which draws the
+weights its checkpoint lacks or builds a network before its weights are read in): such blocks
+in threads of one process take turns, and each draws what it would alone. So a model loaded
+(``skbert.load``, a ``memory=`` fit's first uncached transform, another fit) while a fit trains
+in another thread of the process waits for that training to end. Predictions of a loaded
+model draw nothing and do not take it.
 """
 
 from __future__ import annotations

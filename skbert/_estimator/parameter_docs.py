@@ -181,9 +181,10 @@ n_iter_no_change : int, default=2
     Epochs without a better validation score before ``early_stopping`` stops.
 random_state : int, RandomState instance or None, default=None
     Seeds the new weights, dropout, batch order, masking and validation split; on the
-    CPU the same seed gives the same model bit for bit. None draws a seed. Fits that run
-    at once in threads of one process (joblib's "threading" backend) share torch's random
-    generator and are not repeatable; processes (joblib's default) are.
+    CPU the same seed gives the same model bit for bit (with the same number of torch
+    threads). None draws a seed. Fits started at once in threads of one process (joblib's
+    "threading" backend) train one at a time, as torch has one random generator a process;
+    processes (joblib's default) train at once.
 checkpoint_dir : str, path-like or None, default=None
     Folder where ``fit`` writes its training state (weights, optimiser, schedule, random
     states, position) every ``checkpoint_steps`` steps and after each epoch, atomically.

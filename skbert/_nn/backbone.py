@@ -381,14 +381,17 @@ def _same_random_weights(encoder, names) -> None:
     transformers draws them from the global generator: each load gave another pooler, and
     the feature cache (keyed on the checkpoint's files) served vectors of one beside vectors
     of another in one output. Drawn here from a generator of their own (normal with the
-    configuration's ``initializer_range``, biases 0, as transformers initialises a Linear).
+    configuration's ``initializer_range``, biases 0, as transformers initialises a Linear),
+    seeded 0 whatever a fit's ``random_state``.
     """
     generator = torch.Generator().manual_seed(0)
     std = float(getattr(encoder.config, "initializer_range", 0.02))
     params = dict(encoder.named_parameters())
+    prefix = f"{getattr(encoder, 'base_model_prefix', '')}."
     with torch.no_grad():
         for name in sorted(names):
-            param = params.get(name)
+            # transformers 4 names them as in a masked-LM checkpoint: 'bert.pooler.dense...'
+            param = params.get(name, params.get(name.removeprefix(prefix)))
             if param is None:
                 continue
             if param.ndim > 1:

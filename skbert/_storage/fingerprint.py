@@ -9,10 +9,11 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
-import threading
 from pathlib import Path
 
 import torch
+
+from .._core.locks import ForkSafeLock
 
 __all__ = ["directory_fingerprint", "state_fingerprint", "weights_fingerprint"]
 
@@ -44,14 +45,14 @@ def directory_fingerprint(path, *, fresh: bool = False) -> str:
     files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _WEIGHT_SUFFIXES)
     stats = tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
     key = (str(path), stats)
-    with _LOCK:
-        known = None if fresh else _MEMO.get(key)
-    if known is not None:
-        with _LOCK:
-            _MEMO.move_to_end(key)
-        return known
-    digest = _hash_files(*key)
-    with _LOCK:  # a fresh hash replaces a stale one: later fits see the files as they are
+    if not fresh:
+        with _LOCK.held():
+            known = _MEMO.get(key)
+            if known is not None:
+                _MEMO.move_to_end(key)
+                return known
+    digest = _hash_files(*key)  # outside the lock: other folders are hashed meanwhile
+    with _LOCK.held():  # a fresh hash replaces a stale one: later fits see the files as they are
         _MEMO[key] = digest
         _MEMO.move_to_end(key)
         while len(_MEMO) > 64:
@@ -61,7 +62,7 @@ def directory_fingerprint(path, *, fresh: bool = False) -> str:
 
 #: ``(folder, its files' names, sizes and times) -> hash``, the 64 most recently used
 _MEMO: collections.OrderedDict = collections.OrderedDict()
-_LOCK = threading.Lock()
+_LOCK = ForkSafeLock()
 
 
 def _hash_files(directory: str, stats: tuple) -> str:
@@ -120,4 +121,5 @@ def _update_with_weights(digest, module) -> None:
 
 def clear_memo() -> None:
     """Forget the memoised hashes (benchmarks time a cold start with it)."""
-    _hash_files.cache_clear()
+    with _LOCK.held():
+        _MEMO.clear()
