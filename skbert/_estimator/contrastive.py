@@ -254,9 +254,8 @@ def contrastive_training(estimator, encoded, labels, device):
     def vectors(net, texts):
         return net(estimator._batch_tensors(encoded, texts, device)).float()
 
-    # the losses' products (the cosine matrix, the rows' gather) in float32 under a bf16 or
-    # fp16 fit too: in bfloat16, supcon's gradient was 15 % off float32's
-
+    # each loss runs with autocast off (full_precision): under a bf16 or fp16 fit its products
+    # (the cosine matrix, the rows' gather) ran in bfloat16, supcon's gradient 15 % off
     def pair_loss(net, batch):
         texts, sides = np.unique(batch[:, :2], return_inverse=True)  # each text encoded once
         sides = torch.as_tensor(sides.reshape(-1, 2), device=device)
