@@ -184,6 +184,37 @@ def test_modernbert_base_width_matches_transformers(dtype, products):
                     assert error <= 2e-2 * want.float().abs().max()
 
 
+@pytest.mark.parametrize(
+    "relative, types",
+    [(True, None), (True, []), (False, ["c2p", "p2c"]), (False, ["c2p"]), (True, ["c2p"])],
+)
+def test_deberta_attention_settings_take_the_path_and_match(relative, types, products):
+    """DeBERTa-v2 in other attention settings than v3's: relative attention without
+    disentangled scores (pos_att_type None or empty: the path raised a TypeError, a float where
+    a mask goes, and every prediction failed) and disentangled types without relative attention
+    (transformers still divides the scores by sqrt(head size x (1 + types)): the path divided
+    by sqrt(head size), was refused for weights of trained scale and computed another function
+    for near-random ones). Weights of initializer range 0.2 make the scale show."""
+    import transformers
+
+    config = transformers.DebertaV2Config(
+        vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, relative_attention=relative,
+        pos_att_type=types, position_buckets=8, max_relative_positions=-1,
+        position_biased_input=not relative, type_vocab_size=0, initializer_range=0.2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    backbone = transformers.DebertaV2Model(config).eval()
+    blocks = _blocks(config.vocab_size, [(4, 9, 4), (3, 12, 1)], token_types=False)
+    with torch.inference_mode():
+        tiled = tiled_forward(backbone, blocks, True, 16)
+        assert tiled is not None and _PLANS[backbone][1].family.name == "deberta-v2"
+        for (ids, _, _), got in zip(blocks, tiled, strict=True):
+            expected = backbone(input_ids=ids, output_hidden_states=True).hidden_states
+            for want, state in zip(expected, got.hidden_states, strict=True):
+                torch.testing.assert_close(state, want, rtol=0, atol=1e-5)
+
+
 def test_modernbert_base_depth_in_bfloat16_takes_the_path():
     """At ModernBERT-base's full depth (22 layers x 768, random weights) bfloat16 drifts from
     float32 by 3-4 % of the scale in transformers' forward as in the tiled one, past 2 %: the

@@ -69,7 +69,7 @@ def attend_block(qkv, context, n_real, rows, length, heads, work) -> None:
     if work.bias is None and work.rotate is None and size <= MAX_HEAD:
         kernel = attention_kernel()
         if kernel is not None:
-            _compiled(kernel, qkv, context, n_real, length, heads, size)
+            _compiled(kernel, qkv, context, n_real, length, heads, size, work.scale)
             return
     part = qkv.view(n_real, length, 3, heads, size)
     if n_real < rows:  # attention in the block's fixed shape, repeats included
@@ -78,9 +78,10 @@ def attend_block(qkv, context, n_real, rows, length, heads, work) -> None:
     out.copy_(_sdpa(part, work, length)[:n_real].transpose(1, 2))
 
 
-def _compiled(kernel, qkv, context, n_real, length, heads, size) -> None:
+def _compiled(kernel, qkv, context, n_real, length, heads, size, scale) -> None:
     """The compiled kernel on float32 memory (bfloat16 projections read as float32, as
-    :func:`_sdpa` does, and the outputs rounded back)."""
+    :func:`_sdpa` does, and the outputs rounded back), its scores scaled by ``scale`` (the
+    family's: DeBERTa-v2's divides by more than the head size's root)."""
     source, target = qkv, context
     if qkv.dtype != torch.float32:
         source = _memory("attention_input", qkv.shape).copy_(qkv)
@@ -88,7 +89,7 @@ def _compiled(kernel, qkv, context, n_real, length, heads, size) -> None:
         target = _memory("attention_output", context.shape)
     work = _memory("attention_work", (kernel.attend_scratch(length, size) // 4,))
     failed = kernel.attend(
-        source.data_ptr(), n_real, length, heads, size, size**-0.5, target.data_ptr(),
+        source.data_ptr(), n_real, length, heads, size, scale, target.data_ptr(),
         work.data_ptr(),
     )  # fmt: skip
     if failed:  # the sizes were checked above
@@ -118,7 +119,10 @@ def _sdpa(part, work, length):
         part = part.float()
     query, key, value = part.permute(2, 0, 3, 1, 4).unbind(0)
     if work.bias is None and work.rotate is None:
-        return F.scaled_dot_product_attention(query, key, value)
+        plain = work.scale == query.shape[-1] ** -0.5  # PyTorch's default scale, bit for bit
+        return F.scaled_dot_product_attention(
+            query, key, value, scale=None if plain else work.scale
+        )
     if work.rotate is not None:
         query, key = work.rotate(work.layer, query, key, length, work.memo)
     extra = None if work.bias is None else work.bias(work.layer, query, key, length, work.memo)

@@ -303,9 +303,9 @@ class DebertaV2(Bert):
 
     def score_bias(self, backbone):
         config, encoder = backbone.config, backbone.encoder
-        if not getattr(config, "relative_attention", False):
-            return None
         types = set(config.pos_att_type or [])
+        if not getattr(config, "relative_attention", False) or not types:
+            return None  # no disentangled scores: plain scaled products (score_scale's)
         attentions = [layer.attention.self for layer in encoder.layer]
         scale = self.score_scale(config, attentions[0].attention_head_size)
         device = encoder.rel_embeddings.weight.device
