@@ -4,11 +4,13 @@ backbone outputs, and the plain forward they compose, in training and eval mode 
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from skbert import BertSentenceTransformer
+from skbert._core.names import FROZEN_POOLINGS
 from skbert._nn.network import SentenceEncoder, TaskNetwork
 
 #: read-outs over the tiny models' 3 hidden states: the last alone, several layers combined,
@@ -75,6 +77,32 @@ def test_reads_last_layer_only_and_the_states_it_asks_for(tiny_bert):
         assert torch.equal(last.token_states(outputs), outputs.last_hidden_state)
         expected = torch.cat([every.hidden_states[1], every.hidden_states[2]], dim=-1)
         assert torch.equal(several.token_states(every), expected)
+
+
+def test_the_last_layer_is_last_hidden_state_alone_with_others_and_for_the_cache(tiny_bert):
+    """transformers 4.48 to 4.5x give ModernBERT's last hidden_states before its final norm and
+    last_hidden_state after it: layer -1 read with other layers, or into the feature cache,
+    was the pre-norm state (0.10 apart from the plain read of layer -1 on a tiny ModernBERT
+    under transformers 4.51.3). Outputs of that form here: the last layer is always
+    last_hidden_state."""
+    last = _encoder(tiny_bert, layers=(2,), pooling="mean")
+    several = _encoder(tiny_bert, layers=(1, 2), layer_combine="concat", pooling="mean")
+    ids, mask, types = _batch(several.backbone.config.vocab_size, 3, 7)
+    with torch.no_grad():
+        every = several.backbone_outputs(ids, mask, types, all_states=True)
+        pre_norm = SimpleNamespace(
+            last_hidden_state=every.last_hidden_state,
+            hidden_states=(*every.hidden_states[:-1], every.hidden_states[-1] * 3 + 1),
+        )
+        expected = torch.cat([every.hidden_states[1], every.last_hidden_state], dim=-1)
+        assert torch.equal(several.token_states(pre_norm), expected)
+        assert torch.equal(
+            several.read_all_layer_rows(pre_norm, mask), several.read_all_layer_rows(every, mask)
+        )
+        # the cache's last-layer mean row is the plain read of layer -1
+        rows = several.read_all_layer_rows(pre_norm, mask)
+        mean = FROZEN_POOLINGS.index("mean")
+        assert torch.equal(rows[:, mean, -1], last.read_rows(pre_norm, mask))
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean", "max", "cnn"])

@@ -27,6 +27,15 @@ def _mask_or_ones(attention_mask, states):
     return torch.ones(states.shape[:2], dtype=torch.int64, device=states.device)
 
 
+def layer_states(outputs) -> tuple:
+    """Every hidden state of backbone ``outputs``, the embeddings' first, the last layer's
+    being ``last_hidden_state``. transformers 4.48 to 4.5x give ModernBERT's last
+    ``hidden_states`` before its final norm and ``last_hidden_state`` after it (transformers 5
+    gives the normed state in both): layer -1 is the same state whether it is read alone, with
+    other layers or into the feature cache."""
+    return (*outputs.hidden_states[:-1], outputs.last_hidden_state)
+
+
 def weights_version(module) -> tuple | None:
     """Changes whenever a weight of ``module`` is replaced or changed in place (a training
     step, ``load_state_dict``, an in-place operation under ``torch.no_grad()``): each
@@ -117,7 +126,8 @@ class SentenceEncoder(nn.Module):
         """
         if self.reads_last_layer_only:
             return outputs.last_hidden_state
-        states = [outputs.hidden_states[i] for i in self.readout.layers]
+        every = layer_states(outputs)
+        states = [every[i] for i in self.readout.layers]
         if len(states) == 1:
             return states[0]
         if self.readout.layer_combine == "concat":
@@ -138,13 +148,12 @@ class SentenceEncoder(nn.Module):
         :meth:`combine_all_layers` pools the chunks of a text. Feeds the frozen-feature cache.
         ``attention_mask``: as in :meth:`read_rows`.
         """
-        attention_mask = _mask_or_ones(attention_mask, outputs.hidden_states[0])
+        every = layer_states(outputs)
+        attention_mask = _mask_or_ones(attention_mask, every[0])
         per_pooling = []
         for name in FROZEN_POOLINGS:
             pool = make_pooling(name)
-            per_pooling.append(
-                torch.stack([pool(h, attention_mask) for h in outputs.hidden_states], 1)
-            )
+            per_pooling.append(torch.stack([pool(h, attention_mask) for h in every], 1))
         return torch.stack(per_pooling, dim=1)  # (rows, poolings, layers, hidden)
 
     def combine_all_layers(self, rows, owner=None, n_texts=None) -> torch.Tensor:

@@ -421,8 +421,9 @@ def cache_key(
 #: skbert's version of how texts become vectors, raised by a change that alters the token
 #: rows or the vectors of some texts, so that the cache keys them anew (2: special tokens in
 #: a text are read as the tokenizer reads them, split_special_tokens; the cache served the
-#: vectors of the earlier rows)
-ENCODING_VERSION = 2
+#: vectors of the earlier rows; 3: the last layer is last_hidden_state, where transformers 4.5x
+#: gave ModernBERT's last hidden state before its final norm)
+ENCODING_VERSION = 3
 
 
 @functools.lru_cache(maxsize=1)

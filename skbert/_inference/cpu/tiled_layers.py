@@ -37,7 +37,7 @@ import weakref
 
 import torch
 
-from ..._nn.network import weights_version
+from ..._nn.network import layer_states, weights_version
 from .attention import attend_block
 from .families import family_of
 from .fused_int8 import int8_products
@@ -465,7 +465,8 @@ def _input_peaks(backbone, family) -> list:
 
 
 def _states(backbone, probe):
-    return backbone(input_ids=probe, output_hidden_states=True, return_dict=True).hidden_states
+    """transformers' states of ``probe``, every layer's (:func:`layer_states`)."""
+    return layer_states(backbone(input_ids=probe, output_hidden_states=True, return_dict=True))
 
 
 def _errors(expected_states, got_states):
