@@ -81,6 +81,24 @@ def test_single_texts_with_labels_train_softmax(tiny_model):
     assert est.transform(TEXTS).shape == (10, 16)
 
 
+def test_top_with_chunk_attention_on_unchunked_texts_is_refused(tiny_bert):
+    """chunk_pooling='attention' reads windows only under truncation='chunks': with 'head',
+    fine_tune='top' and a weight-free pooling trained the unused attention for every epoch and
+    transform gave the frozen vectors (seen: equal to fine_tune='none''s)."""
+    with pytest.raises(ValueError, match="chunk_pooling='attention' with truncation='chunks'"):
+        make(
+            tiny_bert, pooling="mean", fine_tune="top", chunk_pooling="attention",
+            truncation="head",
+        ).fit(TEXTS, LABELS)  # fmt: skip
+    long = [f"{text} {text} {text}" for text in TEXTS]  # several windows of 8 tokens each
+    chunked = make(
+        tiny_bert, pooling="mean", fine_tune="top", chunk_pooling="attention",
+        truncation="chunks", max_length=8, max_epochs=1,
+    ).fit(long, LABELS)  # fmt: skip
+    frozen = make(tiny_bert, fine_tune="none", truncation="chunks", max_length=8).fit(long)
+    assert not np.allclose(chunked.transform(long), frozen.transform(long))
+
+
 @pytest.mark.parametrize("pooling", ["cls", "mean", "max", "cnn"])
 @pytest.mark.parametrize("fine_tune", ["top", "full"])
 def test_every_pooling_and_fine_tune_value(tiny_bert, pooling, fine_tune):

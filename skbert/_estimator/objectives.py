@@ -33,14 +33,17 @@ _START_ANEW = "or fit with warm_start=False to start anew."
 def refuse_untrainable_top(fine_tune: str, pooling: str, objective: str, encoder) -> None:
     """Refuse ``fine_tune="top"`` when ``encoder`` has no trainable weight past its backbone:
     "top" trains what the vectors pass through (a CNN pooling, chunk attention), and an output
-    layer alone (the softmax objectives') would train and leave the vectors as they were."""
-    if any(not name.startswith("backbone.") for name, _ in encoder.named_parameters()):
+    layer alone (the softmax objectives') would train and leave the vectors as they were, and
+    so would chunk attention where texts are not cut into chunks (``truncation`` other than
+    ``"chunks"``: it reads no windows)."""
+    unused = ("backbone.",) if encoder.readout.chunked else ("backbone.", "chunk_pooling.")
+    if any(not name.startswith(unused) for name, _ in encoder.named_parameters()):
         return
     raise ValueError(
         f"fine_tune={fine_tune!r} trains the weights on top of the encoder that the vectors "
         f"pass through, and with pooling={pooling!r} there are none (objective={objective!r}"
         "'s output layer is not part of the vectors). Use fine_tune='full', or pooling='cnn' "
-        "or 'pooler' (or chunk_pooling='attention')."
+        "or 'pooler' (or chunk_pooling='attention' with truncation='chunks')."
     )
 
 
