@@ -12,6 +12,7 @@ on sentence pairs, or any regressor) with them.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -83,7 +84,14 @@ def cosine_spearman(u, v, scores) -> float:
         raise ValueError(
             f"scores[{bad[0]}] is {float(scores[bad[0]])!r}; gold scores must be finite."
         )
-    return float(spearmanr(cosines, scores).statistic)
+    return _coefficient(spearmanr(cosines, scores))
+
+
+def _coefficient(result) -> float:
+    """The coefficient of a scipy correlation's result: its first item (scipy before 1.10
+    returns ``SpearmanrResult(correlation, pvalue)``, without ``statistic``; scikit-learn
+    1.6 takes scipy from 1.6)."""
+    return float(result[0])
 
 
 def _similarity_correlation(correlation, estimator, X, y) -> float:
@@ -106,6 +114,8 @@ def _similarity_correlation(correlation, estimator, X, y) -> float:
 
     if isinstance(estimator, BaseEstimator):  # any object with similarity() may be scored
         check_is_fitted(estimator)
+    if isinstance(X, Iterator):  # read here and by similarity(): a generator is read once
+        X = list(X)
     first, second = check_texts(X)
     if second is None:
         raise ValueError("STS scores take sentence pairs: X must have 2 columns.")
@@ -119,7 +129,7 @@ def _similarity_correlation(correlation, estimator, X, y) -> float:
             stacklevel=user_stacklevel(),
         )
         return float("nan")
-    return float(correlation(estimator.similarity(X), gold).statistic)
+    return _coefficient(correlation(estimator.similarity(X), gold))
 
 
 def sts_spearman_scorer(estimator, X, y) -> float:
@@ -218,6 +228,11 @@ def _correlation(measure, estimator, X, y) -> float:
         raise ValueError(
             f"y has shape {gold.shape} and the predictions {predicted.shape}; they must match."
         )
+    if gold.ndim > 2:  # a column of a 3-D array is 2-D: scipy gave a matrix, averaged silently
+        raise ValueError(
+            f"y has {gold.ndim} dimensions (shape {gold.shape}); a correlation takes one value "
+            "per sample, or one per sample and output (1 or 2 dimensions)."
+        )
     refuse_non_finite(gold, "gold values")  # a NaN gave a NaN score, silently
     if len(gold) < 2:
         warnings.warn(
@@ -228,9 +243,9 @@ def _correlation(measure, estimator, X, y) -> float:
         )
         return float("nan")
     if predicted.ndim == 1:
-        return float(measure(predicted, gold).statistic)
+        return _coefficient(measure(predicted, gold))
     columns = range(predicted.shape[1])
-    return float(np.mean([measure(predicted[:, j], gold[:, j]).statistic for j in columns]))
+    return float(np.mean([_coefficient(measure(predicted[:, j], gold[:, j])) for j in columns]))
 
 
 def spearman_scorer(estimator, X, y) -> float:

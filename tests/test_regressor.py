@@ -310,6 +310,38 @@ def test_correlation_scorers_check_y_as_r2_does(scorer):
         scorer(ridge, features, np.array([*gold[:3], "a", *gold[4:]], dtype=object))
 
 
+@pytest.mark.parametrize("scorer", [spearman_scorer, pearson_scorer])
+def test_correlation_scorers_refuse_three_dimensions_and_take_old_scipy_results(
+    scorer, monkeypatch
+):
+    """A (n, 2, 2) y gave a correlation matrix per output, averaged with its diagonal of ones
+    (0.399, silently); scipy before 1.10 (which scikit-learn 1.6 allows) returns results
+    without .statistic, which the scorers read (AttributeError)."""
+    import scipy.stats
+    from sklearn.linear_model import Ridge
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(10, 3))
+    gold = rng.normal(size=(10, 2, 2))
+
+    class Cube:
+        def predict(self, X):
+            return gold + 0.1 * rng.normal(size=gold.shape)
+
+    with pytest.raises(ValueError, match=r"y has 3 dimensions \(shape \(10, 2, 2\)\)"):
+        scorer(Cube(), features, gold)
+    target = features @ [1.0, -2.0, 0.5] + rng.normal(scale=0.1, size=10)
+    ridge = Ridge().fit(features, target)
+    expected = scorer(ridge, features, target)
+    for name in ("spearmanr", "pearsonr"):  # results as plain (coefficient, p-value) tuples
+        real = getattr(scipy.stats, name)
+        old_style = lambda *a, _real=real: tuple(_real(*a))  # noqa: E731
+        monkeypatch.setattr(scipy.stats, name, old_style)
+        if name == "spearmanr":  # imported by skbert.metrics at its top
+            monkeypatch.setattr("skbert.metrics.spearmanr", old_style)
+    assert scorer(ridge, features, target) == expected
+
+
 def test_cosine_spearman_refuses_scores_that_are_not_finite():
     """A NaN gave nan without a word; infinity was ranked as the highest score."""
     from skbert.metrics import cosine_spearman

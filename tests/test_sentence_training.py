@@ -49,6 +49,11 @@ def test_cosine_objective_learns_scores(tiny_model):
     assert est.score(PAIRS, SCORES) > max(before, 0.5)
     assert sts_spearman_scorer(est, PAIRS, SCORES) == est.score(PAIRS, SCORES)
     assert -1 <= sts_pearson_scorer(est, PAIRS, SCORES) <= 1
+    # a generator of pairs is read once by the scorers (and score), as by similarity(): they
+    # read it twice and said it was empty
+    first, second = PAIRS[:, 0], PAIRS[:, 1]
+    assert est.score(zip(first, second, strict=True), SCORES) == est.score(PAIRS, SCORES)
+    assert sts_spearman_scorer(est, (p for p in PAIRS), SCORES) == est.score(PAIRS, SCORES)
 
 
 def test_pair_labels_train_the_nli_objective(tiny_model):
