@@ -63,13 +63,15 @@ def attend_block(qkv, context, n_real, rows, length, heads, work) -> None:
         attends in that fixed shape), its tokens per row and the layer's heads.
     work : skbert._inference.cpu.tiled_layers._Buffers
         The forward's scratch: ``bias`` (a family's extra scores, or None), ``rotate`` (its
-        rotation of queries and keys, or None), ``scale``, ``layer`` and ``memo``.
+        rotation of queries and keys, or None), ``scale`` (of the scores; None for
+        ``1 / sqrt(head size)``), ``layer`` and ``memo``.
     """
     size = qkv.shape[1] // (3 * heads)
     if work.bias is None and work.rotate is None and size <= MAX_HEAD:
         kernel = attention_kernel()
         if kernel is not None:
-            _compiled(kernel, qkv, context, n_real, length, heads, size, work.scale)
+            scale = size**-0.5 if work.scale is None else work.scale
+            _compiled(kernel, qkv, context, n_real, length, heads, size, scale)
             return
     part = qkv.view(n_real, length, 3, heads, size)
     if n_real < rows:  # attention in the block's fixed shape, repeats included
@@ -119,7 +121,8 @@ def _sdpa(part, work, length):
         part = part.float()
     query, key, value = part.permute(2, 0, 3, 1, 4).unbind(0)
     if work.bias is None and work.rotate is None:
-        plain = work.scale == query.shape[-1] ** -0.5  # PyTorch's default scale, bit for bit
+        # PyTorch's default scale (None: 1 / sqrt(head size)) as before, bit for bit
+        plain = work.scale is None or work.scale == query.shape[-1] ** -0.5
         return F.scaled_dot_product_attention(
             query, key, value, scale=None if plain else work.scale
         )
