@@ -136,7 +136,7 @@ def export_onnx(estimator, path, *, opset=None):
     >>> est = BertSentenceTransformer(precision="fp32").fit(texts)  # doctest: +SKIP
     >>> skbert.export_onnx(est, "exported-minilm")  # doctest: +SKIP
     'exported-minilm'
-    >>> with open("exported-minilm/skbert-onnx.json") as f:  # doctest: +SKIP
+    >>> with open("exported-minilm/skbert-onnx.json", encoding="utf-8") as f:  # doctest: +SKIP
     ...     info = json.load(f)
     >>> tokenizer = AutoTokenizer.from_pretrained("exported-minilm")  # doctest: +SKIP
     >>> session = onnxruntime.InferenceSession("exported-minilm/model.onnx")  # doctest: +SKIP
@@ -192,7 +192,9 @@ def export_onnx(estimator, path, *, opset=None):
         )
     # all that can fail before anything is written: a failed export leaves no files
     metadata = _metadata(estimator, plan, inputs, written)
-    text = json.dumps(metadata, indent=2, ensure_ascii=False) + "\n"
+    # ASCII (labels escaped): read alike whatever encoding open() defaults to (cp1252 read
+    # UTF-8 labels as mojibake)
+    text = json.dumps(metadata, indent=2) + "\n"
     os.makedirs(folder, exist_ok=True)
     size = sum(p.numel() * p.element_size() for p in deployed.parameters())
     external = size > _EXTERNAL_DATA_BYTES
@@ -247,7 +249,8 @@ def _plan(estimator) -> dict:
     per_window = readout.chunked
     kind = type(estimator).__name__
     if per_window:
-        allowed = _WINDOW_POOLINGS.get(kind, _WINDOW_POOLINGS["task"])
+        rule = "BertSentenceTransformer" if isinstance(estimator, BertSentenceTransformer) else ""
+        allowed = _WINDOW_POOLINGS.get(rule, _WINDOW_POOLINGS["task"])  # subclasses too
         if readout.chunk_pooling not in allowed:
             raise ValueError(
                 f"chunk_pooling={readout.chunk_pooling!r} with truncation='chunks' cannot be "
@@ -356,7 +359,13 @@ def _export(deployed, args, names, axes, outputs, opset):
 def _save_tokenizer(estimator, folder) -> None:
     """The estimator's tokenizer, set to cut texts as the estimator does where it can: to
     ``max_length_`` tokens, at the end (``"head"``, ``"head+tail"``'s head only) or at the
-    start (``"tail"``)."""
+    start (``"tail"``), padding on the right with the id skbert pads with.
+
+    ``tokenizer.json`` says the same for the ``tokenizers`` package alone (its truncation and
+    padding; transformers sets its own on every call): without them a text past the model's
+    positions failed in onnxruntime, and one past ``max_length_`` gave another vector. A
+    tokenizer without a pad token (skbert pads with id 0) gets id 0's token as its pad token:
+    the attention mask hides it, and the documented call pads (it refused every batch)."""
     tokenizer = copy.deepcopy(estimator.tokenizer_)
     side = "left" if estimator.readout_.truncation == "tail" else "right"
     tokenizer.model_max_length = estimator.max_length_
@@ -365,6 +374,15 @@ def _save_tokenizer(estimator, folder) -> None:
     # skbert pads on the right (a left-padding checkpoint's batches moved [CLS] and positions)
     tokenizer.padding_side = "right"
     tokenizer.init_kwargs["padding_side"] = "right"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        backend.enable_truncation(estimator.max_length_, strategy="longest_first", direction=side)
+        backend.enable_padding(
+            direction="right", pad_id=tokenizer.pad_token_id, pad_token=tokenizer.pad_token,
+            pad_type_id=tokenizer.pad_token_type_id,
+        )  # fmt: skip
     tokenizer.save_pretrained(folder)
 
 

@@ -302,6 +302,53 @@ def test_a_left_padding_tokenizer_is_saved_padding_on_the_right(tiny_bert, tmp_p
     np.testing.assert_allclose(got, est.transform(ALL_TEXTS), rtol=0, atol=TOLERANCE)
 
 
+@pytest.mark.parametrize("family", ["bert", "roberta", "modernbert"])
+@pytest.mark.parametrize("truncation", ["head", "tail"])
+def test_tokenizer_json_cuts_and_pads_for_the_tokenizers_package(
+    family, truncation, request, tmp_path_factory
+):
+    """The guide offers the tokenizers package with tokenizer.json (RoBERTa-style tokenizers
+    under transformers 4): the saved file had no truncation and no padding, so a text past
+    max_length gave another vector (0.25 apart) and one past the model's positions failed in
+    onnxruntime."""
+    from tokenizers import Tokenizer
+
+    est = BertSentenceTransformer(
+        request.getfixturevalue(f"tiny_{family}"), max_length=12, truncation=truncation, **FP32
+    ).fit(ALL_TEXTS)
+    exported = export(est, tmp_path_factory, f"tokenizers-{family}-{truncation}")
+    tokenizer = Tokenizer.from_file(os.path.join(exported.folder, "tokenizer.json"))
+    encoded = tokenizer.encode_batch(ALL_TEXTS)
+    ids = [[t for t, m in zip(e.ids, e.attention_mask, strict=True) if m] for e in encoded]
+    assert ids == skbert_ids(est, ALL_TEXTS)
+    assert len({len(e.ids) for e in encoded}) == 1  # padded to the batch's longest
+    feed = {
+        "input_ids": [e.ids for e in encoded],
+        "attention_mask": [e.attention_mask for e in encoded],
+        "token_type_ids": [e.type_ids for e in encoded],
+    }
+    feed = {name: np.asarray(feed[name], dtype=np.int64) for name in exported.info["inputs"]}
+    (got,) = exported.session.run(["embeddings"], feed)
+    np.testing.assert_allclose(got, est.transform(ALL_TEXTS), rtol=0, atol=TOLERANCE)
+
+
+def test_a_tokenizer_without_a_pad_token_exports_one_that_pads(tiny_modernbert, tmp_path_factory):
+    """skbert pads with id 0 where the tokenizer has no pad token; the export saved the
+    tokenizer without one, and the documented call refused every batch ('Asking to pad but
+    the tokenizer does not have a padding token')."""
+    folder = tmp_path_factory.mktemp("nopad") / "model"
+    shutil.copytree(tiny_modernbert, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.pop("pad_token", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    est = BertSentenceTransformer(str(folder), max_length=12, **FP32).fit(ALL_TEXTS)
+    assert est.tokenizer_.pad_token_id is None
+    exported = export(est, tmp_path_factory, "no-pad-token")
+    assert exported.tokenizer.pad_token_id == 0
+    got = exported.run(ALL_TEXTS)["embeddings"]
+    np.testing.assert_allclose(got, est.transform(ALL_TEXTS), rtol=0, atol=TOLERANCE)
+
+
 def test_an_opset_the_exporter_cannot_write_fails_before_writing(frozen_bert, tmp_path):
     """torch's exporter falls back to opset 18 for an opset it does not know, keeping newer
     operators: the export reported success and onnxruntime refused the graph. (Opset 26 is
@@ -337,6 +384,49 @@ def test_chunked_classifier_with_max_pooling_is_refused(tiny_bert, tmp_path):
     with pytest.raises(ValueError, match=r"chunk_pooling='max'.*\('mean',\)"):
         skbert.export_onnx(clf, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_subclass_exports_as_its_base_class(tiny_bert, tmp_path_factory, monkeypatch):
+    """The chunk poolings a graph reproduces were looked up by the class's name: a subclass of
+    BertSentenceTransformer with chunk_pooling='max' was refused as a classifier would be."""
+    from skbert._estimator.persistence import registry
+
+    # the subclass registers itself for skbert.load: it leaves with the test
+    monkeypatch.setattr(registry, "_CLASSES", dict(registry._CLASSES))
+
+    class MyEncoder(BertSentenceTransformer):
+        pass
+
+    est = MyEncoder(tiny_bert, truncation="chunks", chunk_pooling="max", max_length=10, **FP32)
+    exported = export(est.fit(ALL_TEXTS), tmp_path_factory, "subclass")
+    assert exported.info["per_window"] is True
+
+
+def test_class_labels_in_the_json_are_read_alike_in_any_encoding(tiny_bert, tmp_path_factory):
+    """The JSON held labels in UTF-8: open() under cp1252 (Windows' default) read 'négatif'
+    as 'nÃ©gatif'. It is ASCII now, labels escaped."""
+    labels = np.where(LABELS == "pos", "positif ✓", "négatif")
+    clf = BertTextClassifier(tiny_bert, max_epochs=1, random_state=0, **{**FAST, **FP32})
+    exported = export(clf.fit(LABELLED, labels), tmp_path_factory, "labels")
+    path = os.path.join(exported.folder, "skbert-onnx.json")
+    with open(path, encoding="cp1252") as handle:
+        assert json.load(handle)["classes"] == ["négatif", "positif ✓"]
+
+
+def test_a_path_under_a_file_is_refused_before_the_trace(frozen_bert, tmp_path, monkeypatch):
+    """It traced the whole graph, then failed making the folder: '[Errno 20] Not a
+    directory'."""
+    import skbert.onnx
+
+    est, _ = frozen_bert
+    (tmp_path / "afile").write_text("x")
+
+    def no_trace(*args):
+        raise AssertionError("traced before the path was checked")
+
+    monkeypatch.setattr(skbert.onnx, "_trace", no_trace)
+    with pytest.raises(NotADirectoryError, match=r"lies under .*afile'?, an existing file"):
+        skbert.export_onnx(est, tmp_path / "afile" / "sub" / "export")
 
 
 # ---------------------------------------------------------------- the packaged model

@@ -158,7 +158,7 @@ def check_output_dir(
     Raises
     ------
     NotADirectoryError
-        If ``path`` exists and is not a folder.
+        If ``path`` exists and is not a folder, or lies under a file.
     """
     try:
         path = os.fspath(path)
@@ -181,5 +181,14 @@ def check_output_dir(
         raise NotADirectoryError(
             f"{name}={path!r} is an existing file, and this writes a folder; give a new path "
             f"or {folder}."
+        )
+    above = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):  # the folder could not be made (after the work: a model
+        # trained, an export traced, then "[Errno 20] Not a directory")
+        raise NotADirectoryError(
+            f"{name}={path!r} lies under {above!r}, an existing file, so the folder cannot be "
+            "made; give a path under a folder."
         )
     return path
