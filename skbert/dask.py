@@ -125,7 +125,8 @@ def predict_proba(estimator, texts, *, threads: int | None = None):
     Returns
     -------
     dask.dataframe.DataFrame
-        One float32 column per class (named by ``str`` of ``classes_``), the input's index.
+        One float64 column per class (named by ``str`` of ``classes_``), the input's index:
+        ``predict_proba``'s rows, bit for bit.
     """
     return _map(estimator, texts, "predict_proba", threads)
 
@@ -189,7 +190,8 @@ def _meta(estimator, method):
     classes = np.asarray(estimator.classes_)
     if method == "predict":  # the dtype pandas gives the labels (str for strings, in pandas 3)
         return pd.Series(classes, name="prediction").iloc[:0]
-    return pd.DataFrame({str(c): pd.Series(dtype=np.float32) for c in classes})
+    # float64, as predict_proba gives them (float32 made them differ from it in the last bits)
+    return pd.DataFrame({str(c): pd.Series(dtype=np.float64) for c in classes})
 
 
 def _outputs(regressor):
