@@ -40,6 +40,33 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layer|layers|block|blocks|h)\.(\d+)\.")
 _ALBERT_GROUP = re.compile(r"albert_layer_groups\.(\d+)\.")
 
 
+def _depths(backbone) -> tuple:
+    """``(depths, numbered)``: :func:`parameter_depths`'s map, and whether any parameter
+    name has a layer number."""
+    config = backbone.config
+    n_layers = int(config.num_hidden_layers)
+    n_groups = int(getattr(config, "num_hidden_groups", 1) or 1)
+    # ALBERT's layer i (from 0) runs group int(i / (L / G)): a group's depth is its top layer's
+    group_top = {int(i / (n_layers / n_groups)): i + 1 for i in range(n_layers)}
+    depths, numbered = {}, False
+    for name, _ in backbone.named_parameters():
+        group = _ALBERT_GROUP.search(name)
+        layer = _LAYER_INDEX.search(name)
+        # a numbered layer's own tables first: BERT's relative_key distance_embedding (in
+        # transformers 4) is layer i's, not the embeddings'
+        if group is not None:
+            numbered = True
+            depths[name] = group_top.get(int(group.group(1)), n_layers)
+        elif layer is not None:
+            numbered = True
+            depths[name] = min(int(layer.group(1)) + 1, n_layers)
+        elif "embed" in name and "rel_embeddings" not in name:
+            depths[name] = 0
+        else:
+            depths[name] = n_layers
+    return depths, numbered
+
+
 def parameter_depths(backbone) -> dict:
     """Map each parameter name of ``backbone`` to its depth: 0 (embeddings) ... L (top layer).
 
@@ -52,35 +79,26 @@ def parameter_depths(backbone) -> dict:
     -------
     dict of str -> int
         The depth of each parameter, by its name in ``backbone.named_parameters()``.
+
+    Warns
+    -----
+    UserWarning
+        If no parameter name has a layer number (then only the embeddings are below the top).
     """
-    config = backbone.config
-    n_layers = int(config.num_hidden_layers)
-    n_groups = int(getattr(config, "num_hidden_groups", 1) or 1)
-    # ALBERT's layer i (from 0) runs group int(i / (L / G)): a group's depth is its top layer's
-    group_top = {int(i / (n_layers / n_groups)): i + 1 for i in range(n_layers)}
-    depths, numbered = {}, False
-    for name, _ in backbone.named_parameters():
-        group = _ALBERT_GROUP.search(name)
-        layer = _LAYER_INDEX.search(name)
-        if "embed" in name and "rel_embeddings" not in name:
-            depths[name] = 0
-        elif group is not None:
-            numbered = True
-            depths[name] = group_top.get(int(group.group(1)), n_layers)
-        elif layer is not None:
-            numbered = True
-            depths[name] = min(int(layer.group(1)) + 1, n_layers)
-        else:
-            depths[name] = n_layers
+    depths, numbered = _depths(backbone)
     if not numbered:
-        warnings.warn(
-            f"{type(backbone).__name__}: no numbered layers found in its parameter names, so "
-            "layer_lr_decay applies to the embeddings only; the other encoder weights get "
-            "learning_rate.",
-            UserWarning,
-            stacklevel=user_stacklevel(),
-        )
+        _warn_unnumbered(backbone)
     return depths
+
+
+def _warn_unnumbered(backbone) -> None:
+    warnings.warn(
+        f"{type(backbone).__name__}: no numbered layers found in its parameter names, so "
+        "layer_lr_decay applies to the embeddings only; the other encoder weights get "
+        "learning_rate.",
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
 
 
 def _check_rates(learning_rate, layer_lr_decay, top_learning_rate, weight_decay) -> None:
@@ -145,6 +163,19 @@ def layerwise_param_groups(
     TypeError
         For a rate, decay factor or weight decay that is not a number (a bool is not), a
         ``train_backbone`` that is not a bool, or a ``network`` without a ``backbone``.
+
+    Notes
+    -----
+    A parameter's depth is its layer's number in its name (``layer.<i>.``, ``layers.<i>.``:
+    layer ``i + 1``); the embeddings are 0; weights every layer reads (a pooler, DeBERTa's
+    ``rel_embeddings``, MPNet's ``relative_attention_bias``) count as the top layer (see
+    :func:`parameter_depths`). ALBERT shares one set of layer weights among all its layers (per
+    group): a shared weight cannot have a rate per layer, so each group gets the rate of the
+    top layer it serves (with one group, ``learning_rate``), and the embeddings and
+    ``embedding_hidden_mapping_in`` ``learning_rate * layer_lr_decay ** L``: for ALBERT the
+    decay slows the embeddings only (and lower groups, where there are several). The
+    estimators' ``top_learning_rate`` defaults to 1e-3, this function's to ``learning_rate``:
+    pass the estimator's to see the groups it trains.
     """
     backbone = getattr(network, "backbone", None)
     if not isinstance(network, torch.nn.Module) or not isinstance(backbone, torch.nn.Module):
@@ -176,7 +207,9 @@ def layerwise_param_groups(
         group["params"].append(param)
 
     if train_backbone:
-        depths = parameter_depths(backbone)
+        depths, numbered = _depths(backbone)
+        if not numbered and layer_lr_decay != 1:  # no decay asked for: nothing to warn of
+            _warn_unnumbered(backbone)
         for pname, param in backbone.named_parameters():
             if not param.requires_grad:
                 continue

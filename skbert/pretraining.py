@@ -302,7 +302,7 @@ def further_pretrain(
         AdamW rate, in (0, 1] (Sun et al.: 5e-5), with linear warm-up over
         ``warmup_fraction`` of the steps and linear decay to 0.
     weight_decay : float, default=0.01
-        AdamW weight decay; never applied to biases and LayerNorm weights.
+        AdamW weight decay, of the weights with 2 or more dimensions (not biases or norms).
     warmup_fraction : float, default=0.1
         Share of the steps with a linear warm-up of the learning rate.
     random_state : int, RandomState or None, default=None
@@ -464,7 +464,7 @@ def within_task_pretrain(
         AdamW rate, in (0, 1], with linear warm-up over ``warmup_fraction`` of the steps and
         linear decay to 0.
     weight_decay : float, default=0.01
-        AdamW weight decay; never applied to biases and LayerNorm weights.
+        AdamW weight decay, of the weights with 2 or more dimensions (not biases or norms).
     warmup_fraction : float, default=0.1
         Share of the steps with a linear warm-up of the learning rate.
     seed : int, default=0

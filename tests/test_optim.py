@@ -118,6 +118,72 @@ def test_unnumbered_encoder_warns_instead_of_ignoring():
     assert depths == {"embed_tokens.weight": 0, "mixer.weight": 3, "mixer.bias": 3}
 
 
+def test_unnumbered_encoder_warns_in_the_groups_only_where_decay_is_asked():
+    """layerwise_param_groups warned that the decay reaches the embeddings only at the default
+    layer_lr_decay=1.0, where no decay was asked for."""
+    import warnings
+
+    class Config:
+        num_hidden_layers = 3
+
+    class Opaque(nn.Module):
+        config = Config()
+
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(5, 4)
+            self.mixer = nn.Linear(4, 4)
+
+    class Network(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = Opaque()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        layerwise_param_groups(Network(), learning_rate=1e-4)
+    with pytest.warns(UserWarning, match="embeddings only"):
+        layerwise_param_groups(Network(), learning_rate=1e-4, layer_lr_decay=0.9)
+
+
+def test_a_numbered_layers_own_embedding_table_is_that_layers():
+    """transformers 4's BERT with position_embedding_type='relative_key' has a
+    distance_embedding in each layer: it named 'embed', so it was put at depth 0 and trained
+    at the embeddings' rate instead of its layer's."""
+
+    class Config:
+        num_hidden_layers = 2
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.distance_embedding = nn.Embedding(7, 4)
+            self.query = nn.Linear(4, 4)
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = Attention()
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.ModuleList([Layer(), Layer()])
+
+    class Relative(nn.Module):
+        config = Config()
+
+        def __init__(self):
+            super().__init__()
+            self.word_embeddings = nn.Embedding(5, 4)
+            self.encoder = Encoder()
+
+    depths = parameter_depths(Relative())
+    assert depths["encoder.layer.0.attention.distance_embedding.weight"] == 1
+    assert depths["encoder.layer.1.attention.distance_embedding.weight"] == 2
+    assert depths["word_embeddings.weight"] == 0
+
+
 def test_top_only_leaves_the_encoder_out(tiny_bert):
     _, backbone = load_backbone(tiny_bert)
     network = Wrapper(backbone)

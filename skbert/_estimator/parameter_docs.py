@@ -142,7 +142,8 @@ learning_rate : float, default=5e-5
     AdamW learning rate of the encoder's top layer.
 layer_lr_decay : float, default=1.0
     Layer-wise decay xi: layer k of L gets ``learning_rate * xi**(L - k)``, the
-    embeddings ``learning_rate * xi**L`` (Sun et al.: 0.95; 1.0 = none). See
+    embeddings ``learning_rate * xi**L`` (Sun et al.: 0.95; 1.0 = none), L the encoder's
+    layers whichever ``layer`` is read (layers above it train nothing). See
     :func:`skbert.layerwise_param_groups` for what it means for ALBERT's shared layers.
 top_learning_rate : float or None, default=1e-3
     Learning rate of the weights on top of the encoder (pooling weights, the pooler's
@@ -151,7 +152,7 @@ top_learning_rate : float or None, default=1e-3
 head_learning_rate : float or None, default="deprecated"
     Deprecated spelling of ``top_learning_rate``; when given, its value is used.
 weight_decay : float, default=0.01
-    AdamW weight decay; never applied to biases and LayerNorm weights.
+    AdamW weight decay, of the weights with 2 or more dimensions (not biases or norms).
 warmup_fraction : float, default=0.1
     Share of the training steps with a linear warm-up of the learning rates, which then
     decay linearly towards 0 (the last step still trains, at ``1 / (steps - warm-up
@@ -164,9 +165,12 @@ mlm_steps : int, default=0
     Within-task pre-training (Sun et al.'s ITPT): before fine-tuning, this many steps
     (batches of ``batch_size`` windows of ``max_length`` tokens) of masked-LM training on
     the texts given to ``fit``, at ``learning_rate``; 0 = off (BERT-FiT). Not repeated by
-    a ``warm_start`` fit. For in-domain pre-training on other texts, see
-    :func:`skbert.pretraining.further_pretrain`. A checkpoint without a trained masked-LM
-    head (like all-MiniLM-L6-v2) warns: its masked-LM head starts from random weights.
+    a ``warm_start`` fit. It trains the whole encoder whatever ``fine_tune`` says:
+    ``fine_tune="top"`` then trains its top weights on the pre-trained, then frozen,
+    encoder (Sun et al.'s ITPT before frozen features). For in-domain pre-training on
+    other texts, see :func:`skbert.pretraining.further_pretrain`. A checkpoint without a
+    trained masked-LM head (like all-MiniLM-L6-v2) warns: its masked-LM head starts from
+    random weights.
 mlm_probability : float, default=0.15
     Share of the tokens masked by ``mlm_steps``.
 batch_size : int, default=32
@@ -209,9 +213,9 @@ pairs_ : bool
     Whether ``fit`` saw sentence pairs; predictions take the same kind of input.
 feature_names_in_ : ndarray of shape (n_columns,) of str
     The column names of the DataFrame ``fit`` saw, where all are str (absent otherwise). A
-    DataFrame given to ``predict`` (or the other predictions) must then have the same names
-    in the same order, as its columns are read by position; an array or a list is read as
-    it is.
+    DataFrame given to ``predict``, ``transform`` or ``similarity`` (or the other
+    predictions) must then have the same names in the same order, as its columns are read
+    by position; an array or a list is read as it is.
 best_validation_score_ : float or None
     The best of ``validation_scores_`` (its epoch's weights are kept), else None.
 n_iter_ : int
