@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._core.deprecations import fine_tune_constraint, read_fine_tune
 from ._core.rng import seeded
 from ._estimator.base import FINE_TUNE_MODES, BertEstimatorBase
+from ._estimator.column_names import check_column_names, record_column_names
 from ._estimator.constraints import Number
 from ._estimator.contrastive import (
     CONTRASTIVE_PARAMETERS,
@@ -126,17 +127,16 @@ precision : {"auto", "fp32", "bf16", "fp16", "int8"}, default="auto"
     The output is always float32.
 memory : None, str, path-like or joblib.Memory, default=None
     Frozen-feature cache (``fine_tune="none"`` only; ignored when training), like
-    ``Pipeline(memory=...)``: a directory, or a ``joblib.Memory`` whose location is used.
-    One forward pass per text stores [CLS], mean and max pooling of every layer, under a
-    key of the model's weights and tokenizer (a hash of its files), the truncation
-    settings, device type and precision; every ``pooling`` x ``layer`` x
-    ``layer_combine`` is then read from it, so ``GridSearchCV`` over them costs about one
-    forward pass. ``fit`` then loads the encoder only once a text is missing from the
-    cache (and checks then that the model folder is unchanged since ``fit``). Safe with
-    ``n_jobs > 1`` (processes may compute a text twice, never corrupt the cache). Every
-    shard is checked against its checksum before use; a damaged one is recomputed with a
-    warning. About ``12 * hidden * (n_layers + 1)`` bytes per distinct text (32 KB for
-    MiniLM); delete the folder to clear it.
+    ``Pipeline(memory=...)``: a directory, or a ``joblib.Memory`` whose location is used. One
+    forward pass per text stores [CLS], mean and max pooling of every layer, under a key of the
+    model's weights and tokenizer (a hash of its files), the truncation settings, device type
+    and precision; every ``pooling`` x ``layer`` x ``layer_combine`` is then read from it, so
+    ``GridSearchCV`` over them costs about one forward pass. ``fit`` then loads the encoder only
+    once a text is missing from the cache (and checks then that the model folder is unchanged
+    since ``fit``). Safe with ``n_jobs > 1``: processes sharing the folder encode a text once (a
+    lock file). Every shard is checked against its checksum before use; a damaged one is
+    recomputed with a warning. About ``12 * hidden * (n_layers + 1)`` bytes per distinct text
+    (32 KB for MiniLM); delete the folder to clear it.
 verbose : int, default=0
     If > 0, show progress bars (over batches, and the training loss) and say how many
     texts were truncated or read from the cache; all on stderr.
@@ -191,6 +191,7 @@ n_iter_ : int
 @document(
     own_parameters=_OWN_PARAMETERS,
     attributes=(
+        "feature_names_in_",
         "network_",
         "deferred_network_",
         "tokenizer_",
@@ -421,6 +422,7 @@ class BertSentenceTransformer(
             self._fit_objective(first, second, y, settings)
         self.normalize_ = self._resolve_normalize()
         self._n_features_out = self.readout_.output_dim
+        record_column_names(self, X)
 
     def _resolve_normalize(self) -> bool:
         if self.normalize != "auto":
@@ -523,6 +525,7 @@ class BertSentenceTransformer(
         """
         check_is_fitted(self)
         first, second = check_texts(X)
+        check_column_names(self, X)
         vectors = self._vectors(first, second)
         if self.normalize_:
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -555,6 +558,7 @@ class BertSentenceTransformer(
         first, second = check_texts(X)
         if second is None:
             raise ValueError("similarity takes sentence pairs: X must have 2 columns.")
+        check_column_names(self, X)
         vectors = self._vectors(first + second)
         return paired_cosine(vectors[: len(first)], vectors[len(first) :])
 

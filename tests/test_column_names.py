@@ -61,3 +61,32 @@ def test_no_names_without_a_frame_of_str_names(tiny_bert):
     assert not hasattr(regressor.fit(numbered, np.arange(12.0)), "feature_names_in_")
     single = BertTextClassifier(tiny_bert, **TRAIN).fit(PAIRS["premise"], LABELS)
     assert not hasattr(single, "feature_names_in_")  # a Series has no columns
+
+
+@pytest.mark.parametrize("fine_tune", ["none", "full"])
+def test_the_sentence_transformer_records_and_checks_them_too(tiny_bert, fine_tune, tmp_path):
+    """BertSentenceTransformer recorded no names: pairs with swapped columns were encoded
+    as [CLS] b [SEP] a [SEP] without a word (vectors 0.998 apart), and a Pipeline starting
+    with it had no feature_names_in_."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from skbert import BertSentenceTransformer
+
+    est = BertSentenceTransformer(tiny_bert, fine_tune=fine_tune, **TRAIN)
+    pipe = make_pipeline(est, LogisticRegression()).fit(PAIRS, LABELS)
+    assert pipe.feature_names_in_.tolist() == ["premise", "hypothesis"]
+    swapped = PAIRS[["hypothesis", "premise"]]
+    with pytest.raises(ValueError, match="in another order"):
+        pipe.predict_proba(swapped)
+    with pytest.raises(ValueError, match="in another order"):
+        est.transform(swapped)
+    with pytest.raises(ValueError, match="under other names"):
+        est.similarity(PAIRS.set_axis(["query", "document"], axis=1))
+    np.testing.assert_array_equal(est.transform(PAIRS), est.transform(PAIRS.to_numpy()))
+    loaded = skbert.load(est.save(tmp_path / "saved"))
+    assert loaded.feature_names_in_.tolist() == ["premise", "hypothesis"]
+    # fitted again on a list: no names recorded, frames read by position
+    est.fit(list(zip(FIRST, SECOND, strict=True)), LABELS[:6])
+    assert not hasattr(est, "feature_names_in_")
+    assert est.transform(swapped).shape == (len(swapped), est.readout_.output_dim)
