@@ -1,8 +1,8 @@
 """skbert: BERT-family encoders as first-class scikit-learn estimators.
 
 Imports sit at the top of each module, except the heavy or optional ones, which are imported
-on first use so that ``import skbert`` stays quick: transformers (and huggingface_hub), scipy,
-the data loaders (:mod:`skbert.datasets`) and the packaged model. :func:`export_onnx` is
+on first use so that ``import skbert`` stays quick: transformers (and huggingface_hub), the
+data loaders (:mod:`skbert.datasets`) and the packaged model. :func:`export_onnx` is
 looked up on first use (from :mod:`skbert.onnx`), so that onnx and onnxruntime, an optional
 extra, are never imported by ``import skbert``.
 """

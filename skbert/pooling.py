@@ -46,8 +46,9 @@ class CLSPooling(nn.Module):
 
 class PoolerPooling(nn.Module):
     """The model's own pooler: ``tanh(dense(first token's state))``, as BERT's next-sentence
-    head and transformers' ``*ForSequenceClassification`` heads of BERT, ALBERT and MPNet read
-    a text (and as sentence-transformers' ``CrossEncoder`` does through them).
+    head and transformers' ``*ForSequenceClassification`` heads of BERT and ALBERT read a text
+    (and as sentence-transformers' ``CrossEncoder`` does through them; MPNet's and RoBERTa's
+    heads have a new dense layer of their own over the first token instead).
 
     Parameters
     ----------
@@ -67,9 +68,9 @@ class PoolerPooling(nn.Module):
 def pooler_dense(backbone) -> nn.Linear | None:
     """The dense layer of ``backbone``'s pooler (dense + tanh over the first token), or None.
 
-    BERT, RoBERTa, MPNet, ELECTRA-style ``pooler.dense``, and ALBERT's ``pooler`` (a Linear
-    followed by ``pooler_activation``); models without one (DistilBERT, DeBERTa, ModernBERT)
-    give None.
+    BERT's, RoBERTa's and MPNet's ``pooler.dense``, and ALBERT's ``pooler`` (a Linear
+    followed by ``pooler_activation``); models without one (DistilBERT, DeBERTa, ELECTRA,
+    ModernBERT) give None.
     """
     pooler = getattr(backbone, "pooler", None)
     if isinstance(pooler, nn.Linear) and isinstance(

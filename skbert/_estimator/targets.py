@@ -281,7 +281,8 @@ def check_class_labels(
     if type_of_target(y) == "continuous":
         raise ValueError(
             f"y holds continuous values; {estimator} needs class labels here (similarity "
-            "scores train BertSentenceTransformer's objective='cosine' on sentence pairs)."
+            "scores train BertSentenceTransformer's objective='cosine' on sentence pairs, or "
+            "BertTextRegressor, a cross-encoder over the pairs)."
         )
     classes = np.unique(y)
     if len(classes) < 2:
