@@ -101,18 +101,22 @@ def test_shared_relative_position_tables_count_as_the_top_layer(tiny_deberta, ti
     assert mpnet["encoder.relative_attention_bias.weight"] == 2
 
 
+class _Config:
+    num_hidden_layers = 3
+
+
+class Opaque(nn.Module):
+    """An encoder whose parameter names number no layer."""
+
+    config = _Config()
+
+    def __init__(self):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(5, 4)
+        self.mixer = nn.Linear(4, 4)
+
+
 def test_unnumbered_encoder_warns_instead_of_ignoring():
-    class Config:
-        num_hidden_layers = 3
-
-    class Opaque(nn.Module):
-        config = Config()
-
-        def __init__(self):
-            super().__init__()
-            self.embed_tokens = nn.Embedding(5, 4)
-            self.mixer = nn.Linear(4, 4)
-
     with pytest.warns(UserWarning, match="embeddings only"):
         depths = parameter_depths(Opaque())
     assert depths == {"embed_tokens.weight": 0, "mixer.weight": 3, "mixer.bias": 3}
@@ -122,17 +126,6 @@ def test_unnumbered_encoder_warns_in_the_groups_only_where_decay_is_asked():
     """layerwise_param_groups warned that the decay reaches the embeddings only at the default
     layer_lr_decay=1.0, where no decay was asked for."""
     import warnings
-
-    class Config:
-        num_hidden_layers = 3
-
-    class Opaque(nn.Module):
-        config = Config()
-
-        def __init__(self):
-            super().__init__()
-            self.embed_tokens = nn.Embedding(5, 4)
-            self.mixer = nn.Linear(4, 4)
 
     class Network(nn.Module):
         def __init__(self):
