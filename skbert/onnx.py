@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
+from ._core.messages import user_stacklevel
 from ._core.version import __version__
 from ._nn.deployed import DeployedNetwork
 from ._storage.files import atomic_write, check_output_dir
@@ -364,8 +365,11 @@ def _save_tokenizer(estimator, folder) -> None:
     ``tokenizer.json`` says the same for the ``tokenizers`` package alone (its truncation and
     padding; transformers sets its own on every call): without them a text past the model's
     positions failed in onnxruntime, and one past ``max_length_`` gave another vector. A
-    tokenizer without a pad token (skbert pads with id 0) gets id 0's token as its pad token:
-    the attention mask hides it, and the documented call pads (it refused every batch)."""
+    tokenizer without a pad token (skbert pads with id 0) gets id 0's token as its pad token
+    where that is a special token (the attention mask hides it, and the documented call pads:
+    it refused every batch); an ordinary token at id 0 cannot be made one (a special token is
+    split out of texts: byte-level BPE's "!!" became "!", "!"), so that tokenizer is saved
+    without padding, with a warning."""
     tokenizer = copy.deepcopy(estimator.tokenizer_)
     side = "left" if estimator.readout_.truncation == "tail" else "right"
     tokenizer.model_max_length = estimator.max_length_
@@ -375,10 +379,23 @@ def _save_tokenizer(estimator, folder) -> None:
     tokenizer.padding_side = "right"
     tokenizer.init_kwargs["padding_side"] = "right"
     if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)
+        added = tokenizer.added_tokens_decoder.get(0)
+        if (added is not None and added.special) or 0 in tokenizer.all_special_ids:
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)
+        else:
+            warnings.warn(
+                "The tokenizer has no pad token, and id 0 "
+                f"({tokenizer.convert_ids_to_tokens(0)!r}) is an ordinary token: the saved "
+                "tokenizer pads no batch (tokenizer_call's padding=True refuses). Encode one "
+                "text at a time, or pad the ids with 0 and the attention mask with 0, as skbert "
+                "does.",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         backend.enable_truncation(estimator.max_length_, strategy="longest_first", direction=side)
+    if backend is not None and tokenizer.pad_token_id is not None:
         backend.enable_padding(
             direction="right", pad_id=tokenizer.pad_token_id, pad_token=tokenizer.pad_token,
             pad_type_id=tokenizer.pad_token_type_id,

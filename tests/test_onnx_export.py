@@ -349,6 +349,44 @@ def test_a_tokenizer_without_a_pad_token_exports_one_that_pads(tiny_modernbert, 
     np.testing.assert_allclose(got, est.transform(ALL_TEXTS), rtol=0, atol=TOLERANCE)
 
 
+def test_an_ordinary_token_at_id_0_is_not_made_the_pad_token(tmp_path):
+    """Making id 0's token the pad token made it special, and a special token is split out of
+    texts: a byte-level BPE whose id 0 is '!' read '!!' (one token) as '!', '!' once saved.
+    Such a tokenizer is saved without padding, with a warning, and reads texts as before."""
+    from types import SimpleNamespace
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    import skbert.onnx
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    backend.train_from_iterator(["the cat sat on the mat!! hello world!"] * 10, trainer)
+    backend.add_special_tokens(["[CLS]", "[SEP]", "[UNK]"])
+    cls, sep = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]"
+    )
+    assert tokenizer.convert_ids_to_tokens(0) == "!" and tokenizer.pad_token_id is None
+    texts = ["the cat sat!! on the mat!", "hello world!!"]
+    estimator = SimpleNamespace(
+        tokenizer_=tokenizer, max_length_=64, readout_=SimpleNamespace(truncation="head")
+    )
+    with pytest.warns(UserWarning, match=r"no pad token, and id 0 \('!'\) is an ordinary"):
+        skbert.onnx._save_tokenizer(estimator, str(tmp_path))
+    saved = AutoTokenizer.from_pretrained(tmp_path)
+    assert saved.pad_token_id is None
+    assert [saved(t)["input_ids"] for t in texts] == [tokenizer(t)["input_ids"] for t in texts]
+    assert Tokenizer.from_file(str(tmp_path / "tokenizer.json")).padding is None
+
+
 def test_an_opset_the_exporter_cannot_write_fails_before_writing(frozen_bert, tmp_path):
     """torch's exporter falls back to opset 18 for an opset it does not know, keeping newer
     operators: the export reported success and onnxruntime refused the graph. (Opset 26 is

@@ -90,11 +90,12 @@ def test_top_with_chunk_attention_on_unchunked_texts_is_refused(tiny_bert):
     """chunk_pooling='attention' reads windows only under truncation='chunks': with 'head',
     fine_tune='top' and a weight-free pooling trained the unused attention for every epoch and
     transform gave the frozen vectors (seen: equal to fine_tune='none''s)."""
-    with pytest.raises(ValueError, match="chunk_pooling='attention' with truncation='chunks'"):
-        make(
-            tiny_bert, pooling="mean", fine_tune="top", chunk_pooling="attention",
-            truncation="head",
-        ).fit(TEXTS, LABELS)  # fmt: skip
+    for truncation, max_chunks in [("head", None), ("chunks", 1)]:  # one window: weight 1
+        with pytest.raises(ValueError, match="chunk_pooling='attention' with truncation="):
+            make(
+                tiny_bert, pooling="mean", fine_tune="top", chunk_pooling="attention",
+                truncation=truncation, max_chunks=max_chunks, max_length=8,
+            ).fit(TEXTS, LABELS)  # fmt: skip
     long = [f"{text} {text} {text}" for text in TEXTS]  # several windows of 8 tokens each
     chunked = make(
         tiny_bert, pooling="mean", fine_tune="top", chunk_pooling="attention",

@@ -299,3 +299,23 @@ def test_the_truncation_helpers_refuse_a_bool_for_a_count():
         truncate([1, 2, 3], True, "head")
     with pytest.raises(TypeError, match="max_chunks=True: give ints"):
         split_chunks([1, 2, 3, 4, 5], 2, max_chunks=True)
+
+
+def test_a_folder_path_is_checked_up_the_way_the_system_resolves_it(tmp_path, monkeypatch):
+    """A path under a file is refused before any work; '..' is resolved after symbolic links,
+    as os.makedirs resolves it (the check normalised the path first: link/../afile/y, which
+    makedirs creates under the link's target, was refused as lying under ./afile)."""
+    from skbert._storage.files import check_output_dir
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    with pytest.raises(NotADirectoryError, match="lies under .*afile'?, an existing file"):
+        check_output_dir("afile/sub/out", "path")
+    with pytest.raises(NotADirectoryError, match="lies under"):
+        check_output_dir("afile/../out", "path")  # makedirs fails there too
+    assert check_output_dir("link/../afile/y", "path") == "link/../afile/y"
+    os.makedirs("link/../afile/y")  # under real/, as the check said
+    assert (tmp_path / "real" / "afile" / "y").is_dir()
+    assert check_output_dir("new/deep/folder", "path") == "new/deep/folder"

@@ -35,8 +35,9 @@ def refuse_untrainable_top(fine_tune: str, pooling: str, objective: str, encoder
     "top" trains what the vectors pass through (a CNN pooling, chunk attention), and an output
     layer alone (the softmax objectives') would train and leave the vectors as they were, and
     so would chunk attention where texts are not cut into chunks (``truncation`` other than
-    ``"chunks"``: it reads no windows)."""
-    unused = ("backbone.",) if encoder.readout.chunked else ("backbone.", "chunk_pooling.")
+    ``"chunks"``: it reads no windows) or into one (``max_chunks=1``: its weight is 1)."""
+    windows = encoder.readout.chunked and encoder.readout.max_chunks != 1  # one window: weight 1
+    unused = ("backbone.",) if windows else ("backbone.", "chunk_pooling.")
     if any(not name.startswith(unused) for name, _ in encoder.named_parameters()):
         return
     raise ValueError(

@@ -182,11 +182,13 @@ def check_output_dir(
             f"{name}={path!r} is an existing file, and this writes a folder; give a new path "
             f"or {folder}."
         )
-    above = os.path.dirname(os.path.abspath(path))
+    # up the path as given (not normalised: the system resolves '..' after symbolic links)
+    above = os.path.dirname(os.path.join(os.getcwd(), path))
     while not os.path.exists(above) and os.path.dirname(above) != above:
         above = os.path.dirname(above)
-    if not os.path.isdir(above):  # the folder could not be made (after the work: a model
-        # trained, an export traced, then "[Errno 20] Not a directory")
+    # the folder could not be made (after the work: a model trained, an export traced, then
+    # "[Errno 20] Not a directory")
+    if os.path.exists(above) and not os.path.isdir(above):
         raise NotADirectoryError(
             f"{name}={path!r} lies under {above!r}, an existing file, so the folder cannot be "
             "made; give a path under a folder."
