@@ -250,8 +250,8 @@ def _plan(estimator) -> dict:
     per_window = readout.chunked
     kind = type(estimator).__name__
     if per_window:
-        rule = "BertSentenceTransformer" if isinstance(estimator, BertSentenceTransformer) else ""
-        allowed = _WINDOW_POOLINGS.get(rule, _WINDOW_POOLINGS["task"])  # subclasses too
+        sentence = isinstance(estimator, BertSentenceTransformer)  # subclasses too
+        allowed = _WINDOW_POOLINGS["BertSentenceTransformer" if sentence else "task"]
         if readout.chunk_pooling not in allowed:
             raise ValueError(
                 f"chunk_pooling={readout.chunk_pooling!r} with truncation='chunks' cannot be "
