@@ -258,6 +258,13 @@ def _sklearn_methods():
 
 
 numpydoc_validation_exclude = {re.escape(name) + "$" for name in _sklearn_methods()}
+# The module constants (skbert.pooling.TOKEN_POOLINGS, skbert.onnx.MODEL_FILE, ...) are
+# documented by a one-line ``#:`` comment, which is no numpydoc docstring.
+numpydoc_validation_exclude.add(r"\.[A-Z][A-Z0-9_]+$")
+# A pooling module's forward inherits its docstring from the interface it implements
+# (skbert.pooling._TokenPooling or _ChunkCombiner), which autodoc shows and numpydoc, reading
+# the method's own __doc__, would call missing.
+numpydoc_validation_exclude.add(r"^skbert\.pooling\.\w+\.forward$")
 
 
 def setup(app):

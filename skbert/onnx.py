@@ -37,8 +37,9 @@ from .sentence import BertSentenceTransformer
 
 __all__ = ["MIN_OPSET", "METADATA_FILE", "MODEL_FILE", "export_onnx"]
 
-#: The file names in an export folder (the tokenizer's files are beside them).
+#: The ONNX graph's file name in an export folder (the tokenizer's files are beside it).
 MODEL_FILE = "model.onnx"
+#: The file name of the JSON that says what the graph expects and returns.
 METADATA_FILE = "skbert-onnx.json"
 
 #: The oldest ONNX opset the ``torch.export`` exporter writes.

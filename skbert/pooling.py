@@ -13,14 +13,21 @@ from torch import nn
 from torch.nn import functional as F
 
 from ._core import names as _names
-from ._core.names import (  # noqa: F401 - the names of the poolings, re-exported unchanged
-    CHUNK_POOLINGS,
-    FROZEN_POOLINGS,
-    PRETRAINED_POOLINGS,
-    TOKEN_POOLINGS,
-    TRAINABLE_CHUNK_POOLINGS,
-    TRAINABLE_POOLINGS,
-)
+
+# The names of the poolings: their one home is skbert._core.names (every layer reads them
+# there); they are public here, documented for the API reference.
+#: The token poolings: the values of the estimators' ``pooling``.
+TOKEN_POOLINGS = _names.TOKEN_POOLINGS
+#: The chunk poolings: the values of ``chunk_pooling`` (how the windows of a text combine).
+CHUNK_POOLINGS = _names.CHUNK_POOLINGS
+#: The token poolings without weights, in the order the frozen-feature cache stores them.
+FROZEN_POOLINGS = _names.FROZEN_POOLINGS
+#: The token poolings with new weights of their own, which need training.
+TRAINABLE_POOLINGS = _names.TRAINABLE_POOLINGS
+#: The chunk poolings with new weights of their own.
+TRAINABLE_CHUNK_POOLINGS = _names.TRAINABLE_CHUNK_POOLINGS
+#: The token poolings with weights from the checkpoint (the model's own pooler).
+PRETRAINED_POOLINGS = _names.PRETRAINED_POOLINGS
 
 __all__ = [
     *_names.__all__,  # their one home is skbert._core.names
@@ -37,18 +44,70 @@ __all__ = [
 ]
 
 
-class CLSPooling(nn.Module):
-    """The state of the first token ([CLS] for BERT, <s> for RoBERTa)."""
+class _TokenPooling(nn.Module):
+    """The interface of the token poolings: token states and their mask -> one vector each."""
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Pool each input's token states into one vector.
+
+        Parameters
+        ----------
+        states : torch.Tensor of shape (batch, seq, dim)
+            The encoder's token states (the chosen layer, or the mean of several).
+        mask : torch.Tensor of shape (batch, seq)
+            The attention mask: 1 at the tokens, 0 at the padding.
+
+        Returns
+        -------
+        torch.Tensor of shape (batch, output_dim)
+            One vector per input; ``output_dim`` is ``dim`` but for :class:`CNNPooling`.
+        """
+        raise NotImplementedError
+
+
+class _ChunkCombiner(nn.Module):
+    """The interface of the chunk poolings: window vectors -> one vector per text."""
+
+    def forward(self, vectors: torch.Tensor, owner: torch.Tensor, n_texts: int) -> torch.Tensor:
+        """Combine the vectors of each text's windows into one vector.
+
+        Parameters
+        ----------
+        vectors : torch.Tensor of shape (n_chunks, dim)
+            One vector per window, the windows of all texts together.
+        owner : torch.Tensor of shape (n_chunks,)
+            The index of each window's text, in ``range(n_texts)``; every text has a window.
+        n_texts : int
+            How many texts.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_texts, dim)
+            One vector per text.
+        """
+        raise NotImplementedError
+
+
+class CLSPooling(_TokenPooling):
+    """The state of the first token ([CLS] for BERT, <s> for RoBERTa).
+
+    It has no weights; it is ``pooling="cls"``.
+    """
+
+    def __init__(self):
+        super().__init__()
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return states[:, 0]
 
 
-class PoolerPooling(nn.Module):
-    """The model's own pooler: ``tanh(dense(first token's state))``, as BERT's next-sentence
-    head and transformers' ``*ForSequenceClassification`` heads of BERT and ALBERT read a text
-    (and as sentence-transformers' ``CrossEncoder`` does through them; MPNet's and RoBERTa's
-    heads have a new dense layer of their own over the first token instead).
+class PoolerPooling(_TokenPooling):
+    """The model's own pooler: ``tanh(dense(first token's state))``.
+
+    It reads a text as BERT's next-sentence head and transformers'
+    ``*ForSequenceClassification`` heads of BERT and ALBERT do (and sentence-transformers'
+    ``CrossEncoder`` through them; MPNet's and RoBERTa's heads have a new dense layer of their
+    own over the first token instead); it is ``pooling="pooler"``.
 
     Parameters
     ----------
@@ -68,9 +127,17 @@ class PoolerPooling(nn.Module):
 def pooler_dense(backbone) -> nn.Linear | None:
     """The dense layer of ``backbone``'s pooler (dense + tanh over the first token), or None.
 
-    BERT's, RoBERTa's and MPNet's ``pooler.dense``, and ALBERT's ``pooler`` (a Linear
-    followed by ``pooler_activation``); models without one (DistilBERT, DeBERTa, ELECTRA,
-    ModernBERT) give None.
+    Parameters
+    ----------
+    backbone : transformers.PreTrainedModel
+        The encoder, as ``AutoModel`` loads it.
+
+    Returns
+    -------
+    torch.nn.Linear or None
+        BERT's, RoBERTa's and MPNet's ``pooler.dense``, and ALBERT's ``pooler`` (a Linear
+        followed by ``pooler_activation``); None for models without one (DistilBERT, DeBERTa,
+        ELECTRA, ModernBERT). The layer itself, not a copy.
     """
     pooler = getattr(backbone, "pooler", None)
     if isinstance(pooler, nn.Linear) and isinstance(
@@ -84,8 +151,14 @@ def pooler_dense(backbone) -> nn.Linear | None:
     return None
 
 
-class MeanPooling(nn.Module):
-    """Mean of the token states over the non-padding positions."""
+class MeanPooling(_TokenPooling):
+    """Mean of the token states over the non-padding positions.
+
+    It has no weights; it is ``pooling="mean"``.
+    """
+
+    def __init__(self):
+        super().__init__()
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         weights = mask.unsqueeze(-1).to(states.dtype)
@@ -94,8 +167,14 @@ class MeanPooling(nn.Module):
         return total / count
 
 
-class MaxPooling(nn.Module):
-    """Element-wise maximum of the token states over the non-padding positions."""
+class MaxPooling(_TokenPooling):
+    """Element-wise maximum of the token states over the non-padding positions.
+
+    It has no weights; it is ``pooling="max"``.
+    """
+
+    def __init__(self):
+        super().__init__()
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         keep = mask.unsqueeze(-1).bool()
@@ -103,7 +182,7 @@ class MaxPooling(nn.Module):
         return states.masked_fill(~keep, lowest).amax(dim=1)
 
 
-class CNNPooling(nn.Module):
+class CNNPooling(_TokenPooling):
     """A CNN pooling network over token states (Choi et al.'s CNN-SBERT; Kim 2014).
 
     1-D convolutions of several widths run over the token states; padding positions are zeroed
@@ -154,7 +233,7 @@ def _same_width(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
     return F.conv1d(padded, conv.weight, conv.bias, conv.stride, left, conv.dilation, conv.groups)
 
 
-class ChunkPooling(nn.Module):
+class ChunkPooling(_ChunkCombiner):
     """Combine the vectors of a text's chunks (Sun et al.'s hierarchical pooling).
 
     Parameters
@@ -181,11 +260,16 @@ class ChunkPooling(nn.Module):
         return empty.scatter_reduce(0, index, vectors, reduce="mean", include_self=False)
 
 
-class AttentionChunkPooling(nn.Module):
+class AttentionChunkPooling(_ChunkCombiner):
     """Self-attention over the chunk vectors of each text (Sun et al.'s hierarchical variant).
 
     Each chunk gets a score ``w . tanh(W v)``; the scores are soft-maxed among the chunks of
     the same text and the text vector is the weighted sum of its chunk vectors.
+
+    Parameters
+    ----------
+    dim : int
+        Width of the chunk vectors (``W`` is ``dim`` x ``dim``, ``w`` has ``dim`` weights).
     """
 
     def __init__(self, dim: int):
@@ -194,16 +278,44 @@ class AttentionChunkPooling(nn.Module):
         self.score = nn.Linear(dim, 1, bias=False)
 
     def chunk_scores(self, vectors: torch.Tensor) -> torch.Tensor:
-        """The score ``w . tanh(W v)`` of each chunk vector, from that vector alone:
-        ``(n_chunks, 1)``."""
+        """The score ``w . tanh(W v)`` of each chunk vector, from that vector alone.
+
+        Parameters
+        ----------
+        vectors : torch.Tensor of shape (n_chunks, dim)
+            The chunk vectors.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_chunks, 1)
+            The scores, before the soft-max.
+        """
         return self.score(torch.tanh(self.project(vectors)))
 
     def weigh(
         self, vectors: torch.Tensor, scores: torch.Tensor, owner: torch.Tensor, n_texts: int
     ) -> torch.Tensor:
-        """Text vectors from chunk vectors and their :meth:`chunk_scores`: the scores
-        soft-maxed among the chunks of each text (same ``owner``), in float32, weigh the
-        text's chunk vectors; ``(n_texts, dim)``."""
+        """Text vectors from chunk vectors and their :meth:`chunk_scores`.
+
+        The scores are soft-maxed among the chunks of each text (same ``owner``), in float32,
+        and weigh the text's chunk vectors.
+
+        Parameters
+        ----------
+        vectors : torch.Tensor of shape (n_chunks, dim)
+            The chunk vectors.
+        scores : torch.Tensor of shape (n_chunks, 1)
+            Their :meth:`chunk_scores`.
+        owner : torch.Tensor of shape (n_chunks,)
+            The index of each chunk's text.
+        n_texts : int
+            How many texts.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_texts, dim)
+            The weighted sum of each text's chunk vectors.
+        """
         scores = scores.squeeze(-1).float()
         top = scores.new_full((n_texts,), float("-inf"))
         top = top.scatter_reduce(0, owner, scores, reduce="amax", include_self=True)
@@ -214,7 +326,6 @@ class AttentionChunkPooling(nn.Module):
         return out.index_add(0, owner, vectors * weights.unsqueeze(-1))
 
     def forward(self, vectors: torch.Tensor, owner: torch.Tensor, n_texts: int) -> torch.Tensor:
-        """:meth:`weigh` of the :meth:`chunk_scores`."""
         return self.weigh(vectors, self.chunk_scores(vectors), owner, n_texts)
 
 

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 __all__ = ["STRATEGIES", "truncate", "split_chunks", "truncate_pair"]
 
+#: The values of the estimators' ``truncation``; :func:`truncate` does the first three,
+#: :func:`split_chunks` ``"chunks"``.
 STRATEGIES = ("head", "tail", "head+tail", "chunks")
 _SINGLE_WINDOW = STRATEGIES[:3]
 

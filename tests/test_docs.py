@@ -1,6 +1,6 @@
 """The documentation's sources agree with themselves, without building the site.
 
-Four checks, each on the files in the repository (the build itself is scripts/docs.sh, a
+Five checks, each on the files in the repository (the build itself is scripts/docs.sh, a
 minute with the notebook and the demo; nothing here runs Sphinx):
 
 * every guide page (the hand-written pages of the index's table of contents and the notebook)
@@ -17,7 +17,9 @@ minute with the notebook and the demo; nothing here runs Sphinx):
   output of a measured run in its docstring ("Measured here"), every table of the docs marked
   ``<!-- recorded output: examples/NAME.py -->`` shows that output's figures, and every
   thumbnail drawn by docs/_static/make_thumbnails.py holds the figures of the current recorded
-  output.
+  output;
+* the API reference (docs/api.rst) has an entry for every name in a public module's
+  ``__all__``.
 """
 
 from __future__ import annotations
@@ -398,3 +400,72 @@ def test_few_shot_curves_file_holds_the_recorded_figures():
             mean, spread, _ = curves[method][str(size)]
             stored += [round(mean, 3), round(spread, 3)]
         assert stored == recorded[str(size)], (size, stored, recorded[str(size)])
+
+
+# -- the API reference -------------------------------------------------------------------------
+PUBLIC_MODULES = (
+    "skbert",
+    "skbert.optim",
+    "skbert.truncation",
+    "skbert.pooling",
+    "skbert.pretraining",
+    "skbert.dask",
+    "skbert.datasets",
+    "skbert.metrics",
+    "skbert.exceptions",
+    "skbert.onnx",
+)
+
+
+def api_reference_names(text: str) -> set:
+    """The dotted names that docs/api.rst documents: the entries of its autosummary tables,
+    each under the ``currentmodule`` above it, and its ``autodata`` directives."""
+    names, module, in_table = set(), "", False
+    for line in text.splitlines():
+        if match := re.match(r"\.\. currentmodule:: (\S+)", line):
+            module = match.group(1)
+        elif match := re.match(r"\.\. autodata:: (\S+)", line):
+            name = match.group(1)
+            names.add(name if "." in name else f"{module}.{name}")
+        elif line.startswith(".. autosummary::"):
+            in_table = True
+        elif in_table and re.match(r"   [A-Za-z_]\w*$", line):
+            names.add(f"{module}.{line.strip()}")
+        elif in_table and line and not line.startswith(" "):
+            in_table = False
+    return names
+
+
+def test_api_reference_parser_reads_tables_and_data():
+    text = (
+        ".. currentmodule:: pkg.mod\n\n.. autosummary::\n   :toctree: generated/\n\n"
+        "   first\n   Second\n\nProse naming   third\n\n.. autodata:: CONST\n"
+        ".. autodata:: other.NAME\n"
+    )
+    assert api_reference_names(text) == {
+        "pkg.mod.first",
+        "pkg.mod.Second",
+        "pkg.mod.CONST",
+        "other.NAME",
+    }
+
+
+def _resolve(dotted: str):
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_the_api_reference_lists_every_public_name(module):
+    """Every name in a public module's ``__all__`` has an entry in docs/api.rst, under that
+    module or another one that exports the same object (``skbert.export_onnx`` is
+    ``skbert.onnx.export_onnx``); the package's ``__version__`` aside."""
+    documented = api_reference_names((DOCS / "api.rst").read_text("utf-8"))
+    objects = [_resolve(name) for name in sorted(documented)]
+    public = importlib.import_module(module)
+    missing = sorted(
+        name
+        for name in set(public.__all__) - {"__version__"}
+        if not any(getattr(public, name) is obj for obj in objects)
+    )
+    assert not missing, f"docs/api.rst lists no entry for {module}: {missing}"
