@@ -42,7 +42,6 @@ from ._estimator.wise_ft import WISE_PARAMETERS, average_back, starting_weights
 from ._nn.backbone import DEFAULT_MODEL
 from ._nn.contrastive_losses import CONTRASTIVE_LOSSES
 from ._nn.network import SiameseNetwork
-from ._text.encoding import refuse_chunked_pairs
 from ._training.loop import length_grouped_batches, train
 
 __all__ = ["BertSentenceTransformer"]
@@ -406,8 +405,7 @@ class BertSentenceTransformer(
         return self
 
     def _fit(self, X, y):
-        first, second = check_texts(X)
-        refuse_chunked_pairs(second, self.truncation == "chunks")  # before the model loads
+        first, second = check_texts(X)  # pairs: chunked or not, each side read alone here
         settings = resolve_training_settings(self.get_params(deep=False))
         trains = settings.trains
         continuing = trains and self.warm_start and "network_" in vars(self)

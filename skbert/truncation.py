@@ -50,14 +50,7 @@ def truncate(ids: Sequence[int], budget: int, strategy: str, head_length: int = 
     TypeError
         For a bool ``budget`` or ``head_length``.
     """
-    if (
-        strategy not in _SINGLE_WINDOW
-        or budget < 0
-        or head_length < 0
-        or isinstance(budget, bool)
-        or isinstance(head_length, bool)
-    ):
-        _refuse(budget, strategy, head_length)
+    _check(budget, strategy, head_length)
     ids = list(ids)
     if len(ids) <= budget:
         return ids
@@ -70,7 +63,17 @@ def truncate(ids: Sequence[int], budget: int, strategy: str, head_length: int = 
     return ids[:head] + (ids[len(ids) - tail :] if tail else [])
 
 
-def _refuse(budget, strategy, head_length) -> None:
+def _check(budget, strategy, head_length) -> None:
+    """Raise for a strategy other than the single-window ones, or a bool or negative
+    ``budget`` or ``head_length``."""
+    if (
+        strategy in _SINGLE_WINDOW
+        and budget >= 0
+        and head_length >= 0
+        and not isinstance(budget, bool)
+        and not isinstance(head_length, bool)
+    ):
+        return
     for name, value in (("budget", budget), ("head_length", head_length)):
         if isinstance(value, bool):  # True would count as 1 token
             raise TypeError(f"{name}={value!r} is not allowed; give a number of tokens (an int).")
@@ -133,8 +136,10 @@ def truncate_pair(
     The shorter side is kept whole when it takes at most half the budget; otherwise both sides
     get half, an odd budget's last token going to the longer side (to the second on a tie), as
     the fast (Rust) tokenizers' ``truncation="longest_first"`` splits it (skbert loads those).
-    Each side is then cut with ``strategy`` (``head_length`` is clipped to the side's share for
-    ``"head+tail"``).
+    Each side is then cut to its share with ``strategy``; ``"head+tail"`` keeps the same
+    proportion of head tokens in each side as in the whole budget: ``head_length * share //
+    budget`` of its beginning, the rest from its end (with ``head_length=128`` and a budget of
+    253, a side of 127 keeps 64 + 63).
 
     Parameters
     ----------
@@ -147,13 +152,22 @@ def truncate_pair(
     strategy : {"head", "tail", "head+tail"}
         Which part of each text to keep.
     head_length : int, default=128
-        Head tokens kept by ``"head+tail"``; clipped to each side's share.
+        Head tokens of the whole budget for ``"head+tail"``; each side keeps its proportion.
 
     Returns
     -------
     tuple of (list of int, list of int)
         The kept tokens of ``first`` and of ``second``, each in its original order.
+
+    Raises
+    ------
+    ValueError
+        For another ``strategy``, or a negative ``budget`` or ``head_length`` (whether or not
+        the pair fits).
+    TypeError
+        For a bool ``budget`` or ``head_length``.
     """
+    _check(budget, strategy, head_length)
     first, second = list(first), list(second)
     if len(first) + len(second) <= budget:
         return first, second
@@ -167,6 +181,6 @@ def truncate_pair(
     else:
         keep_first, keep_second = half, budget - half
     return (
-        truncate(first, keep_first, strategy, head_length),
-        truncate(second, keep_second, strategy, head_length),
+        truncate(first, keep_first, strategy, head_length * keep_first // max(budget, 1)),
+        truncate(second, keep_second, strategy, head_length * keep_second // max(budget, 1)),
     )

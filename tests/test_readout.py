@@ -77,6 +77,19 @@ def test_head_plus_tail_needs_room_for_the_tail():
     assert resolved(truncation="head", max_length=16, head_length=14).head_length == 14
 
 
+@pytest.mark.parametrize("truncation", ["head", "chunks"])
+def test_max_length_must_leave_room_for_text(truncation):
+    # a tokenizer adding 3 special tokens (<s> a </s> </s>) at max_length=3 read every text as
+    # its special tokens alone (one vector for all), and chunks failed naming budget=0
+    three = SpecialTokens(
+        single=((0,), (2, 2)), pair=((0,), (2, 2), (2,)), single_types=(0,) * 3, pair_types=(0,) * 5
+    )
+    params = BertSentenceTransformer(max_length=3, truncation=truncation).get_params(deep=False)
+    with pytest.raises(ValueError, match=r"max_length=3 leaves no room .* 3 special .* >= 4"):
+        resolve_readout(params, CONFIG, three, LIMIT)
+    assert resolve_readout({**params, "max_length": 4}, CONFIG, three, LIMIT).max_length == 4
+
+
 @pytest.mark.parametrize("layer", [5, -6, ()])
 def test_layers_out_of_range_are_refused(layer):
     with pytest.raises(ValueError, match="layer="):

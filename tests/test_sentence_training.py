@@ -265,3 +265,22 @@ def test_pipeline_compares_trained_poolings(tiny_bert):
     )
     grid.fit(TEXTS, LABELS)
     assert len(grid.cv_results_["params"]) == 3
+
+
+def test_pair_objectives_read_each_side_alone_so_it_may_be_chunked(tiny_bert):
+    """The pair objectives, similarity and score encode each side as a text of its own: with
+    truncation="chunks" fit(pairs, scores) was refused, and so was a grid over truncation
+    scored by the estimator's own STS score; transform(pairs), one joint input, is refused."""
+    pairs = np.array([[f"{a} {LONG_TEXT}", b] for a, b in PAIRS], dtype=object)
+    est = make(tiny_bert, truncation="chunks", max_length=16, max_epochs=1).fit(pairs, SCORES)
+    assert est.objective_ == "cosine"
+    u, v = est.transform(pairs[:, 0]), est.transform(pairs[:, 1])
+    cosine = (u * v).sum(1) / np.linalg.norm(u, axis=1) / np.linalg.norm(v, axis=1)
+    np.testing.assert_allclose(est.similarity(pairs), cosine, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(est.score(pairs, SCORES))
+    with pytest.raises(ValueError, match="truncation='chunks' .* sentence pairs"):
+        est.transform(pairs)
+    search = GridSearchCV(
+        make(tiny_bert, max_length=16, max_epochs=1), {"truncation": ["head", "chunks"]}, cv=2
+    ).fit(pairs, SCORES)
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()

@@ -81,3 +81,34 @@ def test_pair_lengths_are_hugging_faces_longest_first(tiny_bert):
 
 def test_pair_that_fits_is_untouched():
     assert truncate_pair([1], [2], 5, "head") == ([1], [2])
+
+
+def test_pair_head_plus_tail_keeps_the_proportion_of_head_in_each_side():
+    # head_length=128 of a budget of 253 (max_length=256 less 3 specials): each side keeps
+    # that share of head tokens (it kept its head only: 126 and 127 tokens, no tail)
+    first, second = list(range(300)), list(range(1000, 1300))
+    a, b = truncate_pair(first, second, 253, "head+tail")
+    assert a == first[:63] + first[-63:]  # 128 * 126 // 253 = 63 of its 126
+    assert b == second[:64] + second[-63:]  # 128 * 127 // 253 = 64 of its 127
+    # a short side is kept whole; the long one keeps the proportion of its share
+    a, b = truncate_pair(list(range(10)), second, 30, "head+tail", head_length=12)
+    assert a == list(range(10)) and b == second[:8] + second[-12:]  # 12 * 20 // 30 = 8
+    assert truncate_pair([], [], 0, "head+tail") == ([], [])
+    assert truncate_pair([1], [2], 0, "head+tail") == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ((10, "head_tail", 128), ValueError, "strategy='head_tail'"),
+        ((10, "chunks", 128), ValueError, "strategy='chunks'"),
+        ((10, "head+tail", -1), ValueError, "head_length=-1 is negative"),
+        ((True, "head", 128), TypeError, "budget=True"),
+        ((-3, "head", 128), ValueError, "budget=-3 is negative"),
+    ],
+)
+def test_pair_arguments_are_checked_whether_or_not_the_pair_fits(args, error, message):
+    budget, strategy, head_length = args
+    for first, second in (([1], [2]), (list(range(20)), list(range(20)))):
+        with pytest.raises(error, match=message):
+            truncate_pair(first, second, budget, strategy, head_length)

@@ -111,8 +111,10 @@ truncation : {"head", "tail", "head+tail", "chunks"}, default="head"
     beginning ("head"), its end ("tail"), ``head_length`` tokens of the beginning plus the
     rest from the end, or all of it, cut into windows of ``max_length`` tokens that are
     encoded separately and combined by ``chunk_pooling`` (the hierarchical method).
-    Special tokens are always kept. Sentence pairs are cut longest side first (and
-    cannot be chunked).
+    Special tokens are always kept. A sentence pair read as one input (the classifier's and
+    regressor's pairs, the sentence transformer's ``transform`` of pairs) is cut longest side
+    first, and cannot be chunked; the sentence transformer's pair objectives, ``similarity``
+    and ``score`` read each side as a text of its own, which may be.
 max_length : int or None, default=None
     Tokens per model input, special tokens included; None means the model's limit (the
     tokenizer's ``model_max_length`` or the position embeddings, the smaller: 512 for
@@ -120,7 +122,9 @@ max_length : int or None, default=None
     of 256: ``max_length=256`` gives that pipeline's vectors for longer texts too).
 head_length : int, default=128
     Tokens kept from the beginning of a text by ``truncation="head+tail"`` (Sun et al.:
-    128 of 510); must be smaller than ``max_length`` less the special tokens.
+    128 of 510); must be smaller than ``max_length`` less the special tokens. Each side of a
+    pair read as one input keeps the same proportion of its share (128 of 253 at
+    ``max_length=256``: 64 head tokens of a side's 127).
 chunk_pooling : {"mean", "max", "attention"}, default="mean"
     With ``truncation="chunks"``: how the window vectors of a text are combined;
     ``"attention"`` learns a weight per window (Sun et al.'s hierarchical

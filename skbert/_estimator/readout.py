@@ -90,7 +90,8 @@ def resolve_readout(params: dict, config, specials, max_model_length: int) -> Re
     Raises
     ------
     ValueError
-        For a ``max_length`` above the model's limit, a ``head_length`` that leaves no tail,
+        For a ``max_length`` above the model's limit or leaving no room for text after the
+        special tokens, a ``head_length`` that leaves no tail,
         a ``layer`` out of range, ``cnn_kernel_sizes`` that are not positive ints, or
         ``pooling="pooler"`` on concatenated layers.
     """
@@ -102,6 +103,12 @@ def resolve_readout(params: dict, config, specials, max_model_length: int) -> Re
             "model's limit)."
         )
     budget = max_length - specials.n_single
+    if budget < 1:  # every text would be its special tokens alone: one vector for all
+        raise ValueError(
+            f"max_length={max_length} leaves no room for text: this tokenizer adds "
+            f"{specials.n_single} special tokens to every input; use max_length >= "
+            f"{specials.n_single + 1}."
+        )
     if params["truncation"] == "head+tail" and params["head_length"] >= budget:
         raise ValueError(
             f"head_length={params['head_length']} leaves no room for the tail: with "
