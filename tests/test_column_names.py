@@ -90,3 +90,19 @@ def test_the_sentence_transformer_records_and_checks_them_too(tiny_bert, fine_tu
     est.fit(list(zip(FIRST, SECOND, strict=True)), LABELS[:6])
     assert not hasattr(est, "feature_names_in_")
     assert est.transform(swapped).shape == (len(swapped), est.readout_.output_dim)
+
+
+def test_another_number_of_columns_is_left_to_the_method(tiny_bert):
+    """A sentence transformer fitted on one named column compares pairs, and one fitted on
+    named pairs encodes single texts: the column check refused both (naming 'other names'
+    and suggesting a column selection that the method then refused)."""
+    from skbert import BertSentenceTransformer
+
+    est = BertSentenceTransformer(tiny_bert, fine_tune="none").fit(PAIRS[["premise"]])
+    assert est.feature_names_in_.tolist() == ["premise"]
+    np.testing.assert_array_equal(est.similarity(PAIRS), est.similarity(PAIRS.to_numpy()))
+    est.fit(PAIRS)
+    single = est.transform(PAIRS[["premise"]])
+    np.testing.assert_array_equal(single, est.transform(PAIRS["premise"]))
+    with pytest.raises(ValueError, match="under other names"):  # as many columns: checked
+        est.transform(PAIRS.set_axis(["query", "document"], axis=1))

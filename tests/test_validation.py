@@ -104,6 +104,12 @@ def test_non_string_items_name_the_position(bad):
         check_texts(["a", bad])
 
 
+def test_zero_dimensional_arrays_are_named_not_measured():
+    # a list of 0-d arrays was taken for rows of pairs: "len() of unsized object"
+    with pytest.raises(TypeError, match=r"X\[0\] is a ndarray \(array\('a'"):
+        check_texts([np.array("a"), np.array("b")])
+
+
 def test_wrong_width():
     with pytest.raises(ValueError, match="3 columns"):
         check_texts(np.array([["a", "b", "c"]], dtype=object))
@@ -390,12 +396,3 @@ def test_a_frozen_fit_refuses_a_pooling_with_weights_before_the_model_loads(para
     est = BertSentenceTransformer(str(tmp_path / "no-model"), **params)
     with pytest.raises(ValueError, match="has weights of its own that must be trained"):
         est.fit(["a dog", "a cat"])
-
-
-def test_a_sentence_transformer_refuses_chunked_pairs_before_the_model_loads(tmp_path):
-    """As the classifier and the regressor do (it was refused after the model loaded)."""
-    from skbert import BertSentenceTransformer
-
-    est = BertSentenceTransformer(str(tmp_path / "no-model"), truncation="chunks")
-    with pytest.raises(ValueError, match="truncation='chunks' splits single long texts"):
-        est.fit([["a dog", "a cat"], ["the mat", "a film"]])

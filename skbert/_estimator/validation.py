@@ -104,7 +104,9 @@ def _to_rows(X, name: str):
             f"{len(rows[0])} columns; for sentence pairs pass list(zip(first, second)) (one "
             "pair per row) or an array of shape (n_pairs, 2)."
         )
-    if rows and all(isinstance(r, (list, tuple, np.ndarray)) for r in rows):
+    if rows and all(
+        isinstance(r, (list, tuple)) or (isinstance(r, np.ndarray) and r.ndim) for r in rows
+    ):
         widths = {len(r) for r in rows}
         if len(widths) > 1:
             raise ValueError(
