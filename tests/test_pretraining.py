@@ -586,6 +586,28 @@ def test_exported_checkpoint_matches_the_fitted_encoder(tiny_bert, tmp_path):
         BertSentenceTransformer(tiny_bert).save_pretrained(tmp_path / "nothing")
 
 
+@pytest.mark.parametrize("family", ["tiny_bert", "tiny_roberta", "tiny_albert"])
+def test_exported_checkpoint_holds_the_trained_pooler(family, tmp_path, request):
+    """pooling="pooler" trains a copy of the pooler's dense layer: save_pretrained wrote the
+    backbone's untouched pooler, so the folder's pooler_output, and pooling="pooler" over
+    model=folder, were the untrained ones (0.02 apart)."""
+    from transformers import AutoModel
+
+    est = BertTextClassifier(request.getfixturevalue(family), pooling="pooler", **FAST)
+    est.fit(X, Y)
+    path = est.save_pretrained(tmp_path / "cross-encoder")
+    trained = est.network_.encoder.pooling.dense
+    reloaded = AutoModel.from_pretrained(path)
+    dense = reloaded.pooler if family == "tiny_albert" else reloaded.pooler.dense
+    assert torch.equal(dense.weight, trained.weight) and torch.equal(dense.bias, trained.bias)
+    for name, value in est.network_.backbone.state_dict().items():
+        if "pooler" not in name:
+            assert torch.equal(value, reloaded.state_dict()[name]), name
+    vectors = BertSentenceTransformer(est, pooling="pooler", device="cpu").fit(X).transform(X)
+    again = BertSentenceTransformer(path, pooling="pooler", device="cpu").fit(X).transform(X)
+    np.testing.assert_allclose(again, vectors, atol=1e-6)
+
+
 def test_clone_unfits_the_model_parameter_and_frozen_estimator_keeps_it(tiny_bert):
     first = BertTextClassifier(tiny_bert, **FAST).fit(X, Y)
     with pytest.raises(ValueError, match="is not fitted.*FrozenEstimator"):

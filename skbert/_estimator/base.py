@@ -27,7 +27,7 @@ from .._core.messages import report, user_stacklevel
 from .._inference.int8 import int8_unavailable
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.backbone import SpecialTokens, model_max_length, quiet_loading
-from .._nn.network import SentenceEncoder, weights_version
+from .._nn.network import SentenceEncoder, exported_backbone_state, weights_version
 from .._nn.state import network_from_state, network_to_state
 from .._storage.files import check_output_dir
 from .._storage.fingerprint import weights_fingerprint
@@ -446,7 +446,8 @@ class BertEstimatorBase(BaseEstimator):
         ``AutoTokenizer.from_pretrained``, and as ``model=path`` in any skbert estimator: the
         way to start one task from an encoder fine-tuned on another (Sun et al.'s multi-task
         recipe), or to share it. Only the encoder is written; the pooling and output layer are
-        skbert's (:meth:`save` keeps the whole estimator). Nor is a sentence-transformers
+        skbert's (:meth:`save` keeps the whole estimator), but ``pooling="pooler"``'s trained
+        dense layer is written as the checkpoint's pooler. Nor is a sentence-transformers
         ``modules.json``: a :class:`~skbert.BertSentenceTransformer` with ``normalize="auto"``
         reads the folder's vectors unnormalised where ``model=fitted`` follows the fitted
         estimator's checkpoint (all-MiniLM-L6-v2: unit length); set ``normalize`` to match.
@@ -471,7 +472,7 @@ class BertEstimatorBase(BaseEstimator):
         path = check_output_dir(path, "path")
         network = self.fitted_network()
         with quiet_loading():  # no "Writing model shards" bar
-            network.backbone.save_pretrained(path)
+            network.backbone.save_pretrained(path, state_dict=exported_backbone_state(network))
             self.tokenizer_.save_pretrained(path)
         return path
 

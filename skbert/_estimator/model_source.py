@@ -18,6 +18,7 @@ import os
 import torch
 
 from .._nn.backbone import checkpoint_normalizes, load_backbone
+from .._nn.network import exported_backbone_state
 
 __all__ = ["fitted_encoder_source", "load_encoder", "model_normalizes"]
 
@@ -56,7 +57,8 @@ def fitted_encoder_source(model):
 
 def load_encoder(model):
     """``(tokenizer, encoder)`` for ``model``: :func:`~skbert._nn.backbone.load_backbone` of a
-    checkpoint, or copies of a fitted estimator's tokenizer and fine-tuned encoder.
+    checkpoint, or copies of a fitted estimator's tokenizer and fine-tuned encoder (as its
+    ``save_pretrained`` writes it: the trained pooler of ``pooling="pooler"`` as the pooler).
 
     The encoder is in float32, in eval mode, on the CPU.
 
@@ -70,8 +72,12 @@ def load_encoder(model):
     fitted = fitted_encoder_source(model)
     if fitted is None:
         return load_backbone(model)
-    backbone = copy.deepcopy(fitted.fitted_network().backbone).to("cpu", torch.float32)
-    return copy.deepcopy(fitted.tokenizer_), backbone.eval()
+    network = fitted.fitted_network()
+    backbone = copy.deepcopy(network.backbone)
+    state = exported_backbone_state(network)  # pooling="pooler": its trained copy is the pooler
+    if state is not None:
+        backbone.load_state_dict(state)
+    return copy.deepcopy(fitted.tokenizer_), backbone.to("cpu", torch.float32).eval()
 
 
 def model_normalizes(model) -> bool:

