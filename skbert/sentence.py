@@ -25,7 +25,7 @@ from ._estimator.contrastive import (
     training_config,
 )
 from ._estimator.feature_memory import cached_transform, fit_for_cache, memory_location
-from ._estimator.model_source import model_normalizes
+from ._estimator.model_source import resolve_normalize
 from ._estimator.objectives import (
     class_targets,
     cosine_targets,
@@ -65,7 +65,9 @@ normalize : "auto" or bool, default="auto"
     Scale each vector to unit L2 norm. ``"auto"`` does what the checkpoint's own
     sentence-embedding pipeline does: True when its ``modules.json`` (a
     sentence-transformers checkpoint) ends in a ``Normalize`` module, as
-    all-MiniLM-L6-v2's does, else False. The choice is in ``normalize_``.
+    all-MiniLM-L6-v2's does, else False (warning where the checkpoint is not found). For
+    ``model=`` a fitted sentence transformer, and a ``warm_start`` fit continuing this one,
+    the answer of that fit. The choice is in ``normalize_``.
 fine_tune : {"none", "top", "full"}, default="none"
     ``"none"``: the encoder stays frozen and ``fit`` only loads it. ``"full"``: ``fit``
     trains the encoder, its pooling weights and an output layer on ``(X, y)``,
@@ -418,14 +420,9 @@ class BertSentenceTransformer(
                 self.network_ = self._build_encoder(trains=False)
         else:
             self._fit_objective(first, second, y, settings)
-        self.normalize_ = self._resolve_normalize()
+        self.normalize_ = resolve_normalize(self, continuing)
         self._n_features_out = self.readout_.output_dim
         record_column_names(self, X)
-
-    def _resolve_normalize(self) -> bool:
-        if self.normalize != "auto":
-            return bool(self.normalize)
-        return model_normalizes(self.model)
 
     # ------------------------------------------------------------------ training
     def _fit_objective(self, first, second, y, settings):

@@ -284,3 +284,30 @@ def test_pair_objectives_read_each_side_alone_so_it_may_be_chunked(tiny_bert):
         make(tiny_bert, max_length=16, max_epochs=1), {"truncation": ["head", "chunks"]}, cv=2
     ).fit(pairs, SCORES)
     assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+
+
+def test_normalize_auto_keeps_the_checkpoints_answer_when_it_is_gone(tiny_bert, tmp_path):
+    """normalize='auto' read the checkpoint's modules.json again at every fit: a warm start
+    of a loaded fit, or model=that fit, left unit vectors unnormalised once the folder was
+    gone (norms 2.4), without a word."""
+    import json
+    import shutil
+
+    import skbert
+
+    folder = tmp_path / "normalizing"
+    shutil.copytree(tiny_bert, folder)
+    kinds = ["Transformer", "Pooling", "Normalize"]
+    modules = [{"idx": i, "type": f"sentence_transformers.models.{k}"} for i, k in enumerate(kinds)]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    est = make(str(folder), max_epochs=1, warm_start=True).fit(TEXTS, LABELS)
+    classifier = skbert.BertTextClassifier(str(folder), **FAST, max_epochs=1).fit(TEXTS, LABELS)
+    assert est.normalize_
+    loaded = skbert.load(est.save(tmp_path / "saved"))
+    shutil.rmtree(folder)
+    loaded.fit(TEXTS, LABELS)  # continues the fitted network
+    assert loaded.normalize_
+    np.testing.assert_allclose(np.linalg.norm(loaded.transform(TEXTS), axis=1), 1, rtol=1e-5)
+    assert make(loaded, fine_tune="none").fit(TEXTS).normalize_
+    with pytest.warns(UserWarning, match=r"cannot tell .* the checkpoint is not found"):
+        assert not make(classifier, fine_tune="none").fit(TEXTS).normalize_

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 
 import torch
 
+from .._core.messages import user_stacklevel
 from .._nn.backbone import checkpoint_normalizes, load_backbone
 from .._nn.network import exported_backbone_state
 
-__all__ = ["fitted_encoder_source", "load_encoder", "model_normalizes"]
+__all__ = ["fitted_encoder_source", "load_encoder", "model_normalizes", "resolve_normalize"]
 
 
 def fitted_encoder_source(model):
@@ -83,8 +85,32 @@ def load_encoder(model):
 def model_normalizes(model) -> bool:
     """Whether ``model``'s checkpoint L2-normalises its sentence embeddings
     (:func:`~skbert._nn.backbone.checkpoint_normalizes`); a fitted estimator stands for the
-    checkpoint it was fitted from."""
+    checkpoint it was fitted from (a ``BertSentenceTransformer(normalize="auto")``: what that
+    checkpoint said when it was fitted, its ``normalize_``, the checkpoint being needed no
+    more). Warns and answers False where the checkpoint can be found nowhere."""
     fitted = fitted_encoder_source(model)
     if fitted is not None:
+        if getattr(fitted, "normalize", None) == "auto" and hasattr(fitted, "normalize_"):
+            return bool(fitted.normalize_)
         return model_normalizes(fitted.model)
-    return checkpoint_normalizes(model)
+    found = checkpoint_normalizes(model)
+    if found is None:
+        warnings.warn(
+            f"normalize='auto' cannot tell whether model={model!r} normalises its vectors: "
+            "the checkpoint is not found (moved or deleted since it was loaded?), so the "
+            "vectors are left unnormalised. Set normalize=True or False to choose.",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
+    return bool(found)
+
+
+def resolve_normalize(estimator, continuing: bool) -> bool:
+    """``normalize_`` of a :class:`~skbert.BertSentenceTransformer` fit: its ``normalize``,
+    or for ``"auto"`` :func:`model_normalizes` of its ``model`` (a ``warm_start`` fit that
+    continues the fitted network keeps the answer of the fit it continues)."""
+    if estimator.normalize != "auto":
+        return bool(estimator.normalize)
+    if continuing and "normalize_" in vars(estimator):
+        return bool(estimator.normalize_)
+    return model_normalizes(estimator.model)

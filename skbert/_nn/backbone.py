@@ -257,7 +257,7 @@ def clear_memo() -> None:
     _text_side.cache_clear()
 
 
-def checkpoint_normalizes(model: str) -> bool:
+def checkpoint_normalizes(model: str) -> bool | None:
     """Whether ``model``'s own sentence-embedding pipeline L2-normalises its vectors.
 
     A sentence-transformers checkpoint describes its pipeline in ``modules.json``; when that
@@ -272,12 +272,13 @@ def checkpoint_normalizes(model: str) -> bool:
 
     Returns
     -------
-    bool
-        False when the checkpoint has no such description (or none can be found locally).
+    bool or None
+        False when the checkpoint has no such description; None when it can be found
+        nowhere locally (a folder since moved or deleted, a hub id not in the cache).
     """
     directory = local_directory(model)
     if directory is None:
-        return False
+        return None
     path = os.path.join(directory, "modules.json")
     try:
         with open(path, encoding="utf-8") as handle:
