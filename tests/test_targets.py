@@ -3,7 +3,10 @@ target, say what ``y`` may be, and name ``validation_fraction`` when early stopp
 too small (issue 27)."""
 
 import itertools
+import re
 import warnings
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -11,8 +14,11 @@ import pytest
 from scipy import sparse
 from sklearn.exceptions import DataConversionWarning
 from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import MultiLabelBinarizer
+from sklearn.utils.multiclass import type_of_target
 
 from skbert import BertSentenceTransformer, BertTextClassifier
+from skbert._estimator.objectives import resolve_objective
 from skbert._estimator.targets import (
     check_class_labels,
     check_gold_scores,
@@ -81,8 +87,10 @@ def test_infinite_indicator_names_row_and_column():
 
 
 def test_big_ints_are_finite_labels():
-    y, _ = labels(y=np.array([10**400, 1] * 3, dtype=object), allow_multilabel=False)
-    assert len(y) == 6
+    y = np.array([10**400, 1] * 3, dtype=object)
+    assert len(labels(y=y, allow_multilabel=False, scored=False)[0]) == 6
+    with pytest.raises(ValueError, match=r"^y holds int values past int64 .*y\.astype\(str\)"):
+        labels(y=y, allow_multilabel=False)  # scikit-learn's metrics cannot read them
 
 
 def test_scores_name_nan_and_inf_positions():
@@ -164,9 +172,94 @@ def test_numbers_in_object_arrays_are_read_as_numbers():
         labels(y=np.array(["a", "b", "a"], dtype=object), n=3, allow_multilabel=False)[0].dtype
         == object
     )
-    assert (
-        labels(y=np.array([2**70, 1], dtype=object), n=2, allow_multilabel=False)[0].dtype == object
-    )  # past int64
+    past_int64 = np.array([2**70, 1], dtype=object)
+    read = labels(y=past_int64, n=2, allow_multilabel=False, scored=False)[0]
+    assert read.dtype == object
+
+
+OBJECT_INTS = pd.Series([1, 0] * 3, dtype=object)
+
+
+@pytest.mark.parametrize(
+    "y, match",
+    [
+        (
+            OBJECT_INTS.to_frame("label"),
+            r"^y is a DataFrame .*dtype object .*y\.astype\(int\) \(or y",
+        ),
+        (
+            pd.DataFrame({"a": OBJECT_INTS, "b": 1 - OBJECT_INTS.astype(int)}).astype(object),
+            r"^y is a DataFrame .*dtype object .*y\.to_numpy\(dtype=int\)",
+        ),
+        (
+            np.array([Decimal(1), Decimal(0)] * 3, dtype=object),
+            r"^y holds Decimal values \(as read_sql gives .*\) in an object array, .*"
+            r"type 'unknown'.*pass y\.astype\(int\) instead\.$",
+        ),
+        (
+            pd.DataFrame({"a": [Decimal(1), Decimal(0)] * 3}),
+            r"^y holds Decimal values .* in a DataFrame of dtype object.*to_numpy\(dtype=int\)",
+        ),
+        ([Decimal("0.5"), Decimal(1)] * 3, r"in a list, .*\[str\(label\) for label in y\]"),
+        ([Fraction(1), Fraction(0)] * 3, r"^y holds Fraction values in a list.*\[int\(label\)"),
+    ],
+)
+def test_labels_scikit_learns_metrics_cannot_read_are_refused(y, match):
+    """score() and cross-validation read y as passed: of type 'unknown', they failed after
+    the fit (and a grid search scored NaN), where LogisticRegression refuses it up front."""
+    assert type_of_target(y) == "unknown"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataConversionWarning)  # a 1-column DataFrame
+        with pytest.raises(ValueError, match=match):
+            labels(y=y, allow_multilabel=True)
+        labels(y=y, allow_multilabel=True, scored=False)  # a transformer only trains on them
+
+
+@pytest.mark.parametrize(
+    "y, match",
+    [
+        ([Decimal(1)] * 6, r"^y has a single class \(Decimal\('1'\)\)"),
+        ([Decimal(1), "a"] * 3, r"^y mixes label types"),
+        ([Decimal(1), None] * 3, r"^y\[1\] is missing \(None\)"),
+        (pd.DataFrame({"a": [0.5, 1.5] * 3}, dtype=object), r"^y holds continuous values"),
+    ],
+)
+def test_unknown_labels_keep_the_more_specific_messages(y, match):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataConversionWarning)
+        with pytest.raises(ValueError, match=match):
+            labels(y=y, allow_multilabel=False)
+
+
+def test_classifier_refuses_decimal_labels_before_training(tiny_bert):
+    clf = BertTextClassifier(tiny_bert, **FAST)
+    with pytest.raises(ValueError, match=r"^y holds Decimal values"):
+        clf.fit(TEXTS, np.array([Decimal(0), Decimal(1)] * 3, dtype=object))
+    assert not hasattr(clf, "network_")
+
+
+@pytest.mark.parametrize("allow_multilabel", [True, False])
+@pytest.mark.parametrize(
+    "y",
+    [
+        MultiLabelBinarizer().fit_transform([[] for _ in TEXTS]),  # no text has a label
+        pd.DataFrame({"a": [0, 1] * 3})[[]],
+    ],
+)
+def test_y_without_a_column_is_refused(y, allow_multilabel):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "column-vector y" warning first
+        with pytest.raises(ValueError, match=r"^y has shape \(6, 0\): no column, .*Binarizer"):
+            labels(y=y, allow_multilabel=allow_multilabel)
+
+
+@pytest.mark.parametrize("objective", ["softmax", "auto"])
+def test_objective_reads_whole_floats_of_an_object_array_as_classes(objective):
+    # np.isfinite raised a TypeError for the object array
+    y = np.array([0.0, 1.0, 2.0] * 2, dtype=object)
+    assert resolve_objective(objective, "full", None, y) == "softmax"
+    with pytest.raises(ValueError, match="objective='softmax' needs class labels"):
+        resolve_objective(objective, "full", None, np.array([0.5, 1.2] * 3, dtype=object))
 
 
 def test_a_transformer_reads_object_numbers_as_labels(tiny_bert):
@@ -240,6 +333,40 @@ def test_validation_split_refuses_exactly_what_train_test_split_refuses():
                     check_validation_split(y, fraction, multilabel=multilabel)
             else:
                 check_validation_split(y, fraction, multilabel=multilabel)
+
+
+def _stratified_split_fits(n, n_classes, fraction):
+    y = np.arange(n) % n_classes
+    try:
+        train_test_split(np.arange(n), test_size=fraction, stratify=y, random_state=0)
+    except ValueError:
+        return False
+    return True
+
+
+FRACTIONS = [0.01, 0.05, 0.1, 0.125, 0.2, 0.25, 0.3, 1 / 3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]
+
+
+@pytest.mark.parametrize("n_classes", [2, 3, 4, 7])
+def test_more_data_suggestion_is_the_fewest_samples_that_split(n_classes):
+    """'at least N samples' is N that train_test_split splits, and N - 1 it does not (the
+    split fits more samples once it fits: N is the fewest). It said 21 for 2 classes at 0.9,
+    where 20 split (1 - 0.9 is 0.0999... in floats)."""
+    for fraction in FRACTIONS:
+        found = None
+        for n in itertools.count(2 * n_classes):  # 2 samples a class: the fewest to stratify
+            try:
+                check_validation_split(np.arange(n) % n_classes, fraction, multilabel=False)
+            except ValueError as error:  # "none to train on" suggests no figure: one more
+                found = re.search(r"at least (\d+) samples", str(error))
+            if found is not None or _stratified_split_fits(n, n_classes, fraction):
+                break
+        if found is None:  # it split before any error gave a figure
+            continue
+        more = int(found.group(1))
+        assert _stratified_split_fits(more, n_classes, fraction), (fraction, more)
+        assert not _stratified_split_fits(more - 1, n_classes, fraction), (fraction, more)
+        check_validation_split(np.arange(more) % n_classes, fraction, multilabel=False)
 
 
 # --------------------------------------------------------------------- through the estimators

@@ -121,14 +121,14 @@ def resolve_objective(objective: str, fine_tune: str, second, y) -> str:
         raise ValueError(f"objective={objective!r} needs sentence pairs (2-column X).")
     if objective in ("softmax", "contrastive") and second is not None:
         raise ValueError(f"objective={objective!r} takes single texts; X has 2 columns.")
-    y = np.asarray(y)  # a 2-D float y is a multi-label indicator (check_class_labels)
-    # whole-number floats are class labels to a class objective (as to LogisticRegression)
+    # whole-number floats are class labels to a class objective (as to LogisticRegression);
+    # float y as float64, an object array of numbers too (holds_scores read it as floats)
+    scores = np.asarray(y, dtype=np.float64) if continuous and objective != "cosine" else None
     if (
-        objective != "cosine"
-        and continuous
-        and y.ndim == 1
-        and np.isfinite(y).all()  # a NaN or inf: check_class_labels names its position
-        and type_of_target(y) == "continuous"
+        scores is not None
+        and scores.ndim == 1  # a 2-D float y is a multi-label indicator (check_class_labels)
+        and np.isfinite(scores).all()  # a NaN or inf: check_class_labels names its position
+        and type_of_target(scores) == "continuous"
     ):
         raise ValueError(
             f"objective={objective!r} needs class labels, but y holds continuous values; "

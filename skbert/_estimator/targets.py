@@ -21,6 +21,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import type_of_target
 
 from .._core.messages import user_stacklevel
+from .label_types import read_as_unknown, refuse_object_numbers, refuse_unknown_labels
 from .validation import pandas_missing
 
 __all__ = [
@@ -229,8 +230,9 @@ def check_class_labels(
         Who asks, for the messages.
     scored : bool, default=True
         Whether scikit-learn's metrics will read these labels (a classifier's ``score`` and
-        cross-validation): numbers in an object array are then refused, as those metrics
-        refuse them; else they are read as numbers.
+        cross-validation): labels they read as of type ``'unknown'`` (numbers in an object
+        array or DataFrame, ``Decimal`` values, ...) are then refused, as those metrics refuse
+        them; else numbers in an object array are read as numbers.
 
     Returns
     -------
@@ -242,22 +244,27 @@ def check_class_labels(
     Raises
     ------
     ValueError
-        For a wrong length, a ragged y, a missing or infinite label, more than 2 dimensions,
-        mixed label types, numbers in an object array when ``scored``,
-        continuous values, a 2-D y that is not an indicator matrix, or a
-        single class.
+        For a wrong length, a ragged y, a missing or infinite label, more than 2 dimensions or
+        no column, mixed label types, continuous values, a 2-D y that is not an indicator
+        matrix, a single class, or (when ``scored``) labels of type ``'unknown'``.
     """
     shapes = _MULTILABEL_SHAPES if allow_multilabel else _single_target_shapes(estimator)
     given = y
     y = _as_array(y, n_samples, shapes=shapes)
     _check_defined(y, "y")
-    if scored:
-        _refuse_object_numbers(given, y)
+    expected = "a 1-D array of labels" + (
+        " or a 2-D binary indicator matrix (multi-label)" if allow_multilabel else ""
+    )
     if y.ndim > 2:
+        raise ValueError(f"y has {y.ndim} dimensions (shape {y.shape}); expected {expected}.")
+    if y.ndim == 2 and y.shape[1] == 0:  # MultiLabelBinarizer of samples that have no label
         raise ValueError(
-            f"y has {y.ndim} dimensions (shape {y.shape}); expected a 1-D array of labels"
-            + (" or a 2-D binary indicator matrix (multi-label)." if allow_multilabel else ".")
+            f"y has shape {y.shape}: no column, so no label to learn; expected {expected} "
+            "with at least one column (MultiLabelBinarizer gives none when no sample has a label)."
         )
+    unknown = scored and read_as_unknown(given, y)  # as score() and cross-validation read it
+    if unknown:
+        refuse_object_numbers(given, y)
     if y.ndim == 2 and y.shape[1] > 1:
         if not allow_multilabel:
             hint = (
@@ -275,6 +282,8 @@ def check_class_labels(
                 "sklearn.preprocessing.MultiLabelBinarizer: y = MultiLabelBinarizer()"
                 ".fit_transform(y)."
             )
+        if unknown:
+            refuse_unknown_labels(given, y)
         return y.astype(np.float32), True
     y = _column_to_1d(y)
     _check_one_label_type(y, "y")
@@ -290,26 +299,9 @@ def check_class_labels(
             f"y has a single class ({classes[0]!r}); {estimator} needs samples of at least 2 "
             "classes to learn from."
         )
+    if unknown:
+        refuse_unknown_labels(given, y)
     return y, False
-
-
-def _refuse_object_numbers(given, y: np.ndarray) -> None:
-    """Raise when class labels ``given`` in an object array are numbers (``y`` is them as
-    :func:`_numbers_as_numeric` made them): scikit-learn's metrics call such a y of an
-    unknown type and refuse it, so ``score`` and every cross-validation would fail after
-    the fit (a grid search scored NaN). Scores (floats not whole) are left to the check
-    that says they are continuous."""
-    dtype = getattr(given, "dtype", None)  # numpy's, or a pandas Series' (category is not)
-    if not (isinstance(dtype, np.dtype) and dtype.kind == "O") or y.dtype.kind not in "biuf":
-        return
-    if y.dtype.kind == "f" and not np.all(np.mod(y, 1) == 0):
-        return
-    kind = "bool" if y.dtype.kind == "b" else "int"
-    raise ValueError(
-        f"y has dtype object and holds numbers (as DataFrame.to_numpy() of mixed columns "
-        "gives); scikit-learn's metrics refuse class labels of that dtype (type 'unknown'), "
-        f"so score() and cross-validation would fail after fitting. Pass y.astype({kind})."
-    )
 
 
 def refuse_non_finite(y: np.ndarray, what: str) -> None:
@@ -503,6 +495,8 @@ def _samples_that_fit(fraction: float, n_classes: int) -> int:
     """The fewest samples whose split by ``fraction`` holds every class on both sides."""
     n = max(2 * n_classes, math.floor((n_classes - 1) / fraction) + 1)
     n = max(n, math.ceil(n_classes / (1 - fraction)))
+    while n > 2 * n_classes and _fits(n - 1, fraction, n_classes):  # bounds rounded up a float
+        n -= 1  # error: e.g. 1 - 0.9 is 0.0999..., so 2 / (1 - 0.9) is 20.000000000000004
     while not _fits(n, fraction, n_classes):
         n += 1
     return n
