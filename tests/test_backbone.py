@@ -125,6 +125,15 @@ def test_default_resolves_to_packaged_copy():
     assert resolve_model(DEFAULT_MODEL) == str(gt.get_model_path())
 
 
+@pytest.mark.parametrize("name", [DEFAULT_MODEL, "all-MiniLM-L6-v2"])
+def test_a_local_folder_of_the_default_models_name_is_read(name, tmp_path, monkeypatch):
+    # as transformers reads it: a folder saved as "all-MiniLM-L6-v2" (save_pretrained of a
+    # fine-tuned one) was replaced by the packaged model, silently
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).mkdir(parents=True)
+    assert resolve_model(name) == name
+
+
 def test_default_without_package_falls_back_to_hub_id(monkeypatch):
     import skbert._nn.backbone as backbone
 

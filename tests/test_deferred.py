@@ -47,6 +47,20 @@ def test_a_folder_changed_after_fit_is_refused(model_copy, tmp_path):
         stale.load()
 
 
+def test_a_folder_gone_after_fit_says_why_it_is_needed(model_copy, tmp_path):
+    # a bare FileNotFoundError of the folder's path, from transform, save and export alike
+    make = BertSentenceTransformer(model_copy, device="cpu", memory=tmp_path / "cache").fit
+    cached = make(TEXTS).transform(TEXTS)  # another fit fills the cache
+    est = make(TEXTS)  # the encoder left in its folder: the texts are cached
+    shutil.rmtree(model_copy)
+    np.testing.assert_array_equal(est.transform(TEXTS), cached)  # cached texts need no weights
+    message = r"model folder .* that fit read is gone .* deferred loading its weights \(memory="
+    with pytest.raises(FileNotFoundError, match=message):
+        est.transform(["a text the cache has not seen"])
+    with pytest.raises(FileNotFoundError, match=message):
+        est.save(tmp_path / "saved")
+
+
 def test_a_pickle_carries_the_weights_fit_left_in_their_folder(model_copy, tmp_path):
     """joblib.dump of a deferred fit (a grid search's refit over cached texts) loaded where
     the model folder is not: the copy predicts, bit for bit, texts the cache lacks."""

@@ -516,6 +516,9 @@ class BertEstimatorBase(BaseEstimator):
         TypeError
             If an attribute or parameter holds a value the format cannot store (it is
             named); nothing is left out silently.
+        FileNotFoundError
+            If ``fit`` deferred loading the encoder (``memory=``) and its model folder is
+            gone since.
 
         See Also
         --------

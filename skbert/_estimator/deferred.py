@@ -58,6 +58,8 @@ class DeferredNetwork:
         ------
         RuntimeError
             If the folder's files changed after ``fit``.
+        FileNotFoundError
+            If the folder is gone.
         """
         self._check_unchanged()
         _, backbone = load_backbone(self.folder)
@@ -66,7 +68,15 @@ class DeferredNetwork:
         return SentenceEncoder(backbone, self.readout).eval()
 
     def _check_unchanged(self) -> None:
-        now = directory_fingerprint(self.folder, fresh=True)
+        try:
+            now = directory_fingerprint(self.folder, fresh=True)
+        except OSError as error:  # moved or deleted: say why the folder is needed now
+            raise FileNotFoundError(
+                f"The model folder {self.folder!r} that fit read is gone ({error}); fit "
+                "deferred loading its weights (memory=), and they are needed now (a text "
+                "not in the feature cache, save, export). Texts in the cache still transform. "
+                "Put the folder back, or fit again."
+            ) from error
         if now != self.fingerprint:
             raise RuntimeError(
                 f"The model folder {self.folder!r} changed after fit (its files hash to "

