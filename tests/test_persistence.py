@@ -652,6 +652,35 @@ def test_unpickling_never_runs_code_from_the_network_bytes(fitted, tmp_path, mon
         assert refused is not None and "network_" in str(refused)
 
 
+def _pickle_globals(blob: bytes) -> set:
+    """The module-level names a pickle imports (what unpickling it calls)."""
+    import pickletools
+
+    found, strings = set(), []
+    for opcode, arg, _ in pickletools.genops(blob):
+        if opcode.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
+            strings.append(arg)
+        elif opcode.name == "STACK_GLOBAL":
+            found.add(".".join(strings[-2:]))
+        elif opcode.name == "GLOBAL":
+            found.add(arg.replace(" ", "."))
+    return found
+
+
+def test_a_softmax_objectives_output_layer_is_pickled_without_torch(tiny_bert):
+    """output_layer_ (a torch.nn.Linear) was pickled by torch's reducer, whose unpickling
+    calls torch.load(weights_only=False): the pickle now imports nothing of torch."""
+    est = BertSentenceTransformer(tiny_bert, **TRAIN, fine_tune="full").fit(PAIRS, LABELS)
+    assert isinstance(est.output_layer_, torch.nn.Linear)
+    blob = pickle.dumps(est)
+    assert not {name for name in _pickle_globals(blob) if name.startswith("torch")}
+    again = pickle.loads(blob)
+    assert type(again.output_layer_) is torch.nn.Linear
+    assert again.output_layer_.training == est.output_layer_.training
+    for name, value in est.output_layer_.state_dict().items():
+        assert torch.equal(again.output_layer_.state_dict()[name], value), name
+
+
 def test_pickled_network_is_json_and_safetensors(fitted):
     state = fitted.__getstate__()
     network = state["network_"]

@@ -28,7 +28,13 @@ from .._inference.int8 import int8_unavailable
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.backbone import SpecialTokens, model_max_length, quiet_loading
 from .._nn.network import SentenceEncoder, exported_backbone_state, weights_version
-from .._nn.state import network_from_state, network_to_state
+from .._nn.state import (
+    LINEAR_FORMAT,
+    linear_from_state,
+    linear_to_state,
+    network_from_state,
+    network_to_state,
+)
 from .._storage.files import check_output_dir
 from .._storage.fingerprint import weights_fingerprint
 from .._text.encoding import encode_texts, pad_batch
@@ -569,6 +575,9 @@ class BertEstimatorBase(BaseEstimator):
                 state[_DEFERRED_WEIGHTS] = network_to_state(network)
         if "network_" in state:
             state["network_"] = network_to_state(state["network_"])
+        for name, value in state.items():  # a softmax objective's output_layer_
+            if type(value) is torch.nn.Linear:
+                state[name] = linear_to_state(value)
         return state
 
     def __setstate__(self, state):
@@ -576,6 +585,9 @@ class BertEstimatorBase(BaseEstimator):
         state = dict(state)
         if "network_" in state:
             state["network_"] = network_from_state(state["network_"])
+        for name, value in state.items():
+            if isinstance(value, dict) and value.get("format") == LINEAR_FORMAT:
+                state[name] = linear_from_state(value, name)
         weights = state.pop(_DEFERRED_WEIGHTS, None)
         super().__setstate__(state)
         if weights is not None:

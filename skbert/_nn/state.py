@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from .._core.rng import forked
 from .._storage.tagged_json import ValueReader, ValueWriter, as_int
 from .backbone import float32_weights, quiet_loading
@@ -36,11 +38,16 @@ __all__ = [
     "build_network",
     "cpu_tensors",
     "load_tensors",
+    "LINEAR_FORMAT",
+    "linear_to_state",
+    "linear_from_state",
 ]
 
 NETWORK_FORMAT = "skbert-network"
 #: raise it when the description changes; :func:`build_network` refuses other versions
 NETWORK_FORMAT_VERSION = 1
+#: the format of a ``torch.nn.Linear`` attribute in an estimator's pickle
+LINEAR_FORMAT = "skbert-linear"
 
 
 def network_to_state(network) -> dict:
@@ -259,3 +266,40 @@ def load_tensors(module, tensors, where: str) -> None:
         module.load_state_dict(tensors, strict=True)
     except RuntimeError as exc:
         raise ValueError(f"{where}: the stored tensors do not fit the network: {exc}") from exc
+
+
+def linear_to_state(layer) -> dict:
+    """A ``torch.nn.Linear`` (an estimator's ``output_layer_``) as plain data, for a pickle:
+    its shape and mode, and its tensors as safetensors bytes (as :func:`network_to_state`)."""
+    from safetensors.torch import save as safetensors_bytes
+
+    return {
+        "format": LINEAR_FORMAT,
+        "in_features": layer.in_features,
+        "out_features": layer.out_features,
+        "bias": layer.bias is not None,
+        "training": layer.training,
+        "tensors": safetensors_bytes(cpu_tensors(layer)),
+    }
+
+
+def linear_from_state(state: dict, where: str):
+    """The ``torch.nn.Linear`` that :func:`linear_to_state` described, rebuilt on the CPU.
+
+    Raises
+    ------
+    ValueError
+        For a state that is not a layer's, naming ``where``.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load as tensors_from_bytes
+
+    try:
+        tensors = tensors_from_bytes(bytes(state["tensors"]))
+        shape = (as_int(state["in_features"]), as_int(state["out_features"]))
+    except (SafetensorError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where} is corrupt: {exc}") from exc
+    with forked():  # a new layer draws its initial weights: not from the caller's generator
+        layer = torch.nn.Linear(*shape, bias=state.get("bias") is True)
+    load_tensors(layer, tensors, where)
+    return layer.train(state.get("training") is True)
