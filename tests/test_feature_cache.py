@@ -794,3 +794,73 @@ def test_the_fingerprint_memo_clears(tiny_bert, monkeypatch):
     assert fingerprint.directory_fingerprint(tiny_bert) == first and not hashed  # memoised
     fingerprint.clear_memo()
     assert fingerprint.directory_fingerprint(tiny_bert) == first and len(hashed) == 1
+
+
+@pytest.mark.parametrize("source", ["fitted estimator", "folder"])
+def test_weights_loaded_in_place_after_a_memory_fit_are_hashed_anew(
+    tiny_bert, tmp_path, monkeypatch, source
+):
+    """``memory`` set at fit, then the loaded network's weights replaced in place
+    (``load_state_dict``): the cache serves the new weights' vectors, not the old ones; the
+    weights are hashed again only when they changed."""
+    import torch
+
+    from skbert._estimator import feature_memory
+
+    hashed = []
+    real = feature_memory.state_fingerprint
+    monkeypatch.setattr(
+        feature_memory, "state_fingerprint", lambda *a: hashed.append(1) or real(*a)
+    )
+    model = make(tiny_bert).fit(TEXTS) if source == "fitted estimator" else tiny_bert
+    est = make(model, memory=tmp_path / "cache").fit(TEXTS)
+    at_fit = len(hashed)  # the fitted estimator's weights: hashed by fit
+    before = est.transform(TEXTS)  # encoded (a deferred encoder loaded), then read
+    np.testing.assert_array_equal(est.transform(TEXTS), before)
+    assert len(hashed) == at_fit
+    state = {k: v * 1.5 for k, v in est.fitted_network().backbone.state_dict().items()}
+    with torch.no_grad():
+        est.fitted_network().backbone.load_state_dict(state)
+    fresh = make(tiny_bert).fit(TEXTS)
+    fresh.network_.backbone.load_state_dict(state)
+    expected = fresh.transform(TEXTS)
+    assert not np.array_equal(expected, before)
+    np.testing.assert_array_equal(est.transform(TEXTS), expected)
+    np.testing.assert_array_equal(est.transform(TEXTS), expected)  # read back
+    assert len(hashed) == at_fit + 1  # once for the new weights
+
+
+def test_memory_under_the_home_folder(tiny_bert, tmp_path, monkeypatch):
+    """``memory="~/..."`` is a folder in the home folder, not a folder named "~" in the
+    working directory; a file there is refused by its expanded name."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    expected = make(tiny_bert).fit(TEXTS).transform(TEXTS)
+    est = make(tiny_bert, memory="~/skbert-cache").fit(TEXTS)
+    np.testing.assert_allclose(est.transform(TEXTS), expected, rtol=0, atol=1e-6)
+    assert len(shards(home / "skbert-cache")) == 1
+    assert list(work.iterdir()) == []
+    (home / "a-file").write_text("x")
+    with pytest.raises(FeatureCacheError, match=r"memory='.*home/a-file' is a file"):
+        make(tiny_bert, memory="~/a-file").fit(TEXTS)
+    with pytest.raises(FeatureCacheError, match=r"memory='.*home/a-file' is a file"):
+        make(tiny_bert, memory=Path("~/a-file")).fit(TEXTS)
+
+
+def test_a_text_repeated_in_one_call_is_encoded_and_stored_once(tiny_bert, tmp_path, capsys):
+    texts = ["the cat sat"] * 40 + ["a dog"] + ["the cat sat"] * 3 + ["a dog", "good film"]
+    expected = make(tiny_bert).fit(TEXTS).transform(texts)
+    est = make(tiny_bert, memory=tmp_path, verbose=1).fit(TEXTS)
+    capsys.readouterr()
+    vectors = est.transform(texts)
+    assert "0 of 46 texts read from the feature cache, 3 encoded" in capsys.readouterr().err
+    assert sum(len(np.load(path)) for path in shards(tmp_path)) == 3  # one row per text
+    np.testing.assert_array_equal(vectors, expected)
+    for text in set(texts):  # in the caller's order, every repeat the same row
+        same = vectors[[i for i, t in enumerate(texts) if t == text]]
+        np.testing.assert_array_equal(same, np.broadcast_to(same[0], same.shape))
+    np.testing.assert_array_equal(est.transform(texts), vectors)  # read back
+    assert "46 of 46 texts read from the feature cache, 0 encoded" in capsys.readouterr().err

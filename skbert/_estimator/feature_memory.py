@@ -25,13 +25,16 @@ from .._storage.fingerprint import directory_fingerprint, state_fingerprint
 from ..exceptions import FeatureCacheError
 from .deferred import DeferredNetwork
 from .model_source import fitted_encoder_source
-from .prediction_cache import remembered
+from .prediction_cache import prediction_cache, remembered
 
 __all__ = ["memory_location", "fit_for_cache", "cached_transform"]
 
 
 def memory_location(memory, fine_tune_mode: str):
-    """The cache directory of ``memory`` in force, or None (no ``memory``, or training)."""
+    """The cache directory of ``memory`` in force, or None (no ``memory``, or training).
+
+    A leading ``~`` (``"~/skbert-cache"``) is the home folder, as for ``save``.
+    """
     if memory is None or fine_tune_mode != "none":
         return None
     memory = os.fspath(memory) if isinstance(memory, os.PathLike) else memory
@@ -40,12 +43,15 @@ def memory_location(memory, fine_tune_mode: str):
             "memory='' is not a folder path; give a folder for the feature cache (created if "
             "missing), or memory=None."
         )
-    if isinstance(memory, str) and os.path.exists(memory) and not os.path.isdir(memory):
-        raise FeatureCacheError(
-            f"memory={memory!r} is a file, not a folder: the feature cache is a folder of its "
-            "own. Pass a folder path (it is created if missing), or memory=None."
-        )
-    return check_memory(memory).location
+    if isinstance(memory, str):
+        memory = os.path.expanduser(memory)  # else a folder named "~" in the working one
+        if os.path.exists(memory) and not os.path.isdir(memory):
+            raise FeatureCacheError(
+                f"memory={memory!r} is a file, not a folder: the feature cache is a folder of "
+                "its own. Pass a folder path (it is created if missing), or memory=None."
+            )
+    location = check_memory(memory).location
+    return None if location is None else os.path.expanduser(os.fspath(location))
 
 
 def fit_for_cache(estimator) -> None:
@@ -66,24 +72,63 @@ def fit_for_cache(estimator) -> None:
         folder = os.path.abspath(directory)
         estimator.deferred_network_ = DeferredNetwork(folder, fingerprint, estimator.readout_)
     else:  # a fitted estimator, or a model that is not in a local folder
-        estimator.network_ = estimator._build_encoder(trains=False)
-        backbone = estimator.network_.backbone
-        estimator.feature_fingerprint_ = state_fingerprint(backbone, estimator.tokenizer_)
+        network = estimator.network_ = estimator._build_encoder(trains=False)
+        fingerprint = state_fingerprint(network.backbone, estimator.tokenizer_)
+        estimator.feature_fingerprint_ = fingerprint
+        _hashed(estimator, network, fingerprint)  # the weights it hashed
+
+
+def _loaded_network(estimator):
+    """The fitted network if its weights are loaded (``network_``, or the encoder whose
+    loading fit deferred, once loaded), else None."""
+    fitted = vars(estimator)
+    if "network_" in fitted:
+        return fitted["network_"]
+    kept = prediction_cache(estimator).network  # (deferred network, None, network)
+    if kept is not None and kept[0] is fitted.get("deferred_network_"):
+        return kept[2]
+    return None
+
+
+def _hashed(estimator, network, fingerprint) -> None:
+    """Record that ``fingerprint`` is the key of ``network``'s weights as they are now."""
+    prediction_cache(estimator).fingerprint = (network, weights_version(network), fingerprint)
+
+
+def _model_fingerprint(estimator) -> str:
+    """The model part of the cache key: ``feature_fingerprint_`` while the weights are those
+    fit hashed, else (fitted before ``memory`` was set, or weights loaded in place since,
+    e.g. ``load_state_dict``) a hash of the loaded weights, made again whenever their
+    :func:`~skbert._nn.network.weights_version` changes.
+
+    The weights of a loaded network are taken as those fit hashed when first seen here: at
+    the fit that loaded them, else at the first transform after a deferred encoder (or an
+    unpickled, copied network) was loaded.
+    """
+    fingerprint = vars(estimator).get("feature_fingerprint_")
+    if fingerprint is None:  # fitted before `memory` was set
+        network = estimator.fitted_network()
+    else:
+        network = _loaded_network(estimator)
+        if network is None:  # the folder's weights, not loaded: as fit hashed them
+            return fingerprint
+        kept = prediction_cache(estimator).fingerprint
+        if kept is None or kept[0] is not network:  # first seen: the weights fit hashed
+            _hashed(estimator, network, fingerprint)
+    return remembered(
+        estimator,
+        "fingerprint",
+        network,
+        lambda: state_fingerprint(network.backbone, estimator.tokenizer_),
+        key=weights_version(network),  # weights loaded in place: hashed again
+    )
 
 
 def cached_transform(estimator, first, second, root) -> np.ndarray:
     """Vectors of the texts from the feature cache in ``root``, encoding (and storing) the
     missing ones with ``estimator``'s network."""
-    fingerprint = vars(estimator).get("feature_fingerprint_")
-    if fingerprint is None:  # fitted before `memory` was set
-        network = estimator.fitted_network()
-        fingerprint = remembered(
-            estimator,
-            "fingerprint",
-            network,
-            lambda: state_fingerprint(network.backbone, estimator.tokenizer_),
-            key=weights_version(network),  # weights loaded in place: hashed again
-        )
+    fingerprint = _model_fingerprint(estimator)
+    unloaded = _loaded_network(estimator) is None  # a deferred encoder: loaded if needed
     device, dtype = estimator._device_and_dtype(inference=True)
     readout = estimator.readout_
     precision = int8_kind() if estimator._int8_runs(device) else dtype
@@ -104,11 +149,16 @@ def cached_transform(estimator, first, second, root) -> np.ndarray:
         )
 
     store = get_store(root, cache_key(readout, **context))
-    vectors, n_computed = cached_vectors(store, text_digests(first, second), readout, compute)
+    digests = text_digests(first, second)
+    vectors, n_missing, n_encoded = cached_vectors(store, digests, readout, compute)
+    if unloaded and _loaded_network(estimator) is not None:  # loaded for missing texts
+        _model_fingerprint(estimator)  # its weights now are those fit hashed
     if estimator.verbose:
         n = len(first)
+        repeats = n_missing - n_encoded
         report(
-            f"{type(estimator).__name__}: {n - n_computed} of {n} texts read from the feature "
-            f"cache, {n_computed} encoded."
+            f"{type(estimator).__name__}: {n - n_missing} of {n} texts read from the feature "
+            f"cache, {n_encoded} encoded"
+            + (f", {repeats} repeats of texts encoded in this call." if repeats else ".")
         )
     return vectors

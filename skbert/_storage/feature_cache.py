@@ -19,7 +19,9 @@ being written, or one whose writer was killed) are never read nor removed. Proce
 at once (``GridSearchCV(n_jobs>1)``, Dask workers sharing the folder) never corrupt the cache,
 and they encode a text once: a process encodes missing texts while holding the key's lock
 (``.encoding.lock``, a :mod:`filelock` lock), and the others, once they hold it, first read
-what it wrote.
+what it wrote. Threads of one process (a Dask worker with ``nthreads>1``) share one store per
+key, which keeps what it knows under a lock of its own, and wait on the same file lock. A text
+repeated within one call is encoded and stored once.
 
 Verification: before its first use in a process, a shard is checked: checksum file, file
 sizes, ``.npy`` headers (float32 values and ``S16`` keys, C order, matching row counts, the
@@ -72,6 +74,7 @@ from typing import TYPE_CHECKING
 import filelock
 import numpy as np
 
+from .._core.locks import ForkSafeLock
 from .._core.messages import user_stacklevel
 from .._core.names import FROZEN_POOLINGS
 from ..exceptions import FeatureCacheError, FeatureCacheWarning
@@ -189,6 +192,14 @@ class FeatureStore:
     row_shape : tuple of int or None, default=None
         Shape of one stored row (a text's vectors), when known; shards of another row shape
         are refused. See :meth:`expect`.
+
+    Notes
+    -----
+    Thread-safe: :func:`get_store` hands one store per key folder to every thread (a Dask
+    worker with ``nthreads=k`` runs ``k`` transforms at once), so what the store remembers
+    (its index and shards) is read and changed under a lock of its own. Rows are read from
+    disk outside it, and a shard is verified by one thread at a time. Processes coordinate
+    through :meth:`encoding` instead.
     """
 
     def __init__(self, directory, row_shape=None):
@@ -197,6 +208,9 @@ class FeatureStore:
         self._index: dict = {}  # digest -> (shard name, row)
         self._shards: dict = {}  # shard name -> shards.Shard, verified or written here
         self._refused: set = set()  # bad shards that could not be deleted
+        # guards the three above and row_shape; never held while waiting for the file lock
+        # of encoding() (whose holder takes it), and made anew in a forked child
+        self._lock = ForkSafeLock()
 
     def _path(self, name: str, suffix: str) -> Path:
         return self.directory / f"{name}{suffix}"
@@ -211,13 +225,14 @@ class FeatureStore:
             readout's final vectors.
         """
         row_shape = tuple(int(n) for n in row_shape)
-        if row_shape == self.row_shape:
-            return
-        self.row_shape = row_shape
-        wrong = {n: s.row_shape for n, s in self._shards.items() if s.row_shape != row_shape}
-        self._forget(wrong)
-        for name, shape in wrong.items():
-            self._discard(name, f"rows of shape {shape}, expected {row_shape}")
+        with self._lock.held():
+            if row_shape == self.row_shape:
+                return
+            self.row_shape = row_shape
+            wrong = {n: s.row_shape for n, s in self._shards.items() if s.row_shape != row_shape}
+            self._forget(wrong)
+            for name, shape in wrong.items():
+                self._discard(name, f"rows of shape {shape}, expected {row_shape}")
 
     def _names_on_disk(self) -> list:
         """Names of the shards whose keys file exists (complete shards), sorted."""
@@ -250,12 +265,14 @@ class FeatureStore:
         )
 
     def _add(self, name: str, keys: np.ndarray, shard: _shards.Shard) -> None:
+        # callers hold self._lock, as for _forget
         self._shards[name] = shard
         for row, digest in enumerate(keys.tolist()):
             self._index[digest] = (name, row)
 
     def _forget(self, names) -> None:
         """Drop shards from memory (their texts are then missing, until verified again)."""
+        names = {name for name in names if name in self._shards}  # another thread's done
         if not names:
             return
         for name in names:
@@ -263,22 +280,24 @@ class FeatureStore:
         self._index = {d: w for d, w in self._index.items() if w[0] not in names}
 
     def _refresh(self):
-        # a shard whose files changed since it was verified (or are gone) is verified again
-        self._forget({name for name, shard in self._shards.items() if shard.changed()})
-        for name in self._names_on_disk():
-            if name in self._shards or name in self._refused:
-                continue
-            try:
-                keys, shard = _shards.verify(self.directory, name, self.row_shape)
-            except FileNotFoundError as error:
-                if not self._path(name, KEYS).exists():
-                    continue  # deleted meanwhile by another process that found it bad
-                self._discard(name, f"{Path(error.filename).name} is missing")
-            except (BadShard, OSError, ValueError, EOFError) as error:
-                self._discard(name, str(error))
-            else:
-                if shard is not None:  # else it changed while checked: checked again next time
-                    self._add(name, keys, shard)
+        # a shard whose files changed since it was verified (or are gone) is verified again;
+        # under the lock, so that one thread at a time verifies a shard
+        with self._lock.held():
+            self._forget({name for name, shard in self._shards.items() if shard.changed()})
+            for name in self._names_on_disk():
+                if name in self._shards or name in self._refused:
+                    continue
+                try:
+                    keys, shard = _shards.verify(self.directory, name, self.row_shape)
+                except FileNotFoundError as error:
+                    if not self._path(name, KEYS).exists():
+                        continue  # deleted meanwhile by another process that found it bad
+                    self._discard(name, f"{Path(error.filename).name} is missing")
+                except (BadShard, OSError, ValueError, EOFError) as error:
+                    self._discard(name, str(error))
+                else:
+                    if shard is not None:  # else it changed while checked: checked next time
+                        self._add(name, keys, shard)
 
     def read(self, digests: np.ndarray, index=None):
         """Stored vectors of the digests found; returns ``(values or None, missing indices)``.
@@ -289,27 +308,30 @@ class FeatureStore:
         were seen, are verified first; the rows of a shard that changes during the read are
         missing (the shard is verified again at the next read).
         """
-        self._refresh()
-        where = [self._index.get(d) for d in digests.tolist()]
-        missing = [i for i, w in enumerate(where) if w is None]
-        if len(missing) == len(digests):
-            return None, np.array(missing, dtype=np.intp)
-        by_shard: dict = {}
-        for i, w in enumerate(where):
-            if w is not None:
-                by_shard.setdefault(w[0], ([], []))
-                by_shard[w[0]][0].append(i)
-                by_shard[w[0]][1].append(w[1])
+        with self._lock.held():  # what the store knows now; the rows are read outside
+            self._refresh()
+            where = [self._index.get(d) for d in digests.tolist()]
+            missing = [i for i, w in enumerate(where) if w is None]
+            if len(missing) == len(digests):
+                return None, np.array(missing, dtype=np.intp)
+            by_shard: dict = {}
+            for i, w in enumerate(where):
+                if w is not None:
+                    by_shard.setdefault(w[0], (self._shards[w[0]], [], []))
+                    by_shard[w[0]][1].append(i)
+                    by_shard[w[0]][2].append(w[1])
         values = None
-        for name, (positions, rows) in by_shard.items():
+        for name, (shard, positions, rows) in by_shard.items():
             order = np.argsort(rows)  # read the file in order
             rows_sorted = np.asarray(rows)[order]
             try:  # only the pooling and layers wanted, with an index: (n, k, hidden)
-                part = self._shards[name].read(rows_sorted, index)
+                part = shard.read(rows_sorted, index)
             except OSError:  # gone or unreadable since the check: verified again
                 part = None
             if part is None:  # changed since it was verified: verified again next time
-                self._forget({name})
+                with self._lock.held():
+                    if self._shards.get(name) is shard:  # not one verified anew meanwhile
+                        self._forget({name})
                 missing += positions
                 continue
             if values is None:
@@ -319,12 +341,13 @@ class FeatureStore:
 
     @contextlib.contextmanager
     def encoding(self):
-        """Hold the key's encoding lock: one process at a time encodes texts missing from this
-        store, and the others, waiting, then read what it wrote instead of encoding the same
-        texts again (processes of ``GridSearchCV(n_jobs>1)`` or of Dask workers sharing the
-        folder). The lock is :mod:`filelock`'s (an OS file lock on ``.encoding.lock`` in the
-        key's folder, across hosts where the shared file system supports locks, as NFSv4
-        does); the OS releases it if its holder dies."""
+        """Hold the key's encoding lock: one process (or thread) at a time encodes texts missing
+        from this store, and the others, waiting, then read what it wrote instead of encoding
+        the same texts again (processes of ``GridSearchCV(n_jobs>1)`` or of Dask workers
+        sharing the folder). The lock is :mod:`filelock`'s (an OS file lock on
+        ``.encoding.lock`` in the key's folder, across hosts where the shared file system
+        supports locks, as NFSv4 does); the OS releases it if its holder dies. The store's own
+        thread lock is not held while waiting for it."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             lock = filelock.FileLock(self.directory / LOCK_NAME)
@@ -351,10 +374,11 @@ class FeatureStore:
                 f"values must have one row per digest: got shape {values.shape} for "
                 f"{len(digests)} digests."
             )
-        if self.row_shape is not None and values.shape[1:] != self.row_shape:
+        row_shape = self.row_shape
+        if row_shape is not None and values.shape[1:] != row_shape:
             raise ValueError(
                 f"values rows have shape {values.shape[1:]}; this store holds rows of shape "
-                f"{self.row_shape}."
+                f"{row_shape}."
             )
         name = f"{os.getpid()}-{uuid.uuid4().hex}"
         try:
@@ -363,7 +387,8 @@ class FeatureStore:
         except OSError as error:
             raise _folder_error(self.directory, error) from error
         if shard is not None:  # else changed the moment it was written: verified when read
-            self._add(name, digests, shard)
+            with self._lock.held():
+                self._add(name, digests, shard)
 
 
 def cache_key(
@@ -422,8 +447,9 @@ def cache_key(
 #: rows or the vectors of some texts, so that the cache keys them anew (2: special tokens in
 #: a text are read as the tokenizer reads them, split_special_tokens; the cache served the
 #: vectors of the earlier rows; 3: the last layer is last_hidden_state, where transformers 4.5x
-#: gave ModernBERT's last hidden state before its final norm)
-ENCODING_VERSION = 3
+#: gave ModernBERT's last hidden state before its final norm; 4: each side of a head+tail
+#: pair keeps head_length's proportion of its share, where it kept its head only)
+ENCODING_VERSION = 4
 
 
 @functools.lru_cache(maxsize=1)
@@ -445,8 +471,9 @@ def get_store(root, description: dict) -> FeatureStore:
     """The store for the cache key that ``description`` spells out.
 
     Memoised per process for the 32 most recently used keys (a store holds what it verified
-    of its shards and an index of their digests). The key's folder is made again here if it
-    was deleted since (a user clearing the cache while the process runs).
+    of its shards and an index of their digests): every thread gets the same store. The key's
+    folder is made again here if it was deleted since (a user clearing the cache while the
+    process runs). ``root`` may start with ``~`` (the home folder).
 
     Raises
     ------
@@ -456,9 +483,11 @@ def get_store(root, description: dict) -> FeatureStore:
     text = json.dumps({"format": FORMAT_VERSION, **description}, sort_keys=True, default=str)
     key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
     # absolute: a relative `memory` names another folder after os.chdir (a notebook's %cd)
-    directory = Path(os.path.abspath(root)) / "skbert-features" / key
+    root = os.path.abspath(os.path.expanduser(os.fspath(root)))
+    directory = Path(root) / "skbert-features" / key
     try:
-        store = _store(str(directory))
+        with _MEMO_LOCK.held():  # one store per folder, even for threads that come at once
+            store = _store(str(directory))
         directory.mkdir(parents=True, exist_ok=True)  # again, if it was deleted meanwhile
         description_file = directory / "key.json"
         if not description_file.exists():  # for people browsing the cache
@@ -470,6 +499,10 @@ def get_store(root, description: dict) -> FeatureStore:
     return store
 
 
+#: held while a store is looked up in (or added to) the memo of _store
+_MEMO_LOCK = ForkSafeLock()
+
+
 @functools.lru_cache(maxsize=32)
 def _store(directory: str) -> FeatureStore:
     Path(directory).mkdir(parents=True, exist_ok=True)
@@ -478,7 +511,8 @@ def _store(directory: str) -> FeatureStore:
 
 def clear_memo() -> None:
     """Forget the memoised stores (benchmarks time a cold start with it)."""
-    _store.cache_clear()
+    with _MEMO_LOCK.held():
+        _store.cache_clear()
 
 
 def cached_vectors(store: FeatureStore, digests, readout: Readout, compute) -> tuple:
@@ -500,8 +534,11 @@ def cached_vectors(store: FeatureStore, digests, readout: Readout, compute) -> t
     Returns
     -------
     vectors : ndarray of shape (n_texts, readout.output_dim), float32
-    n_computed : int
+    n_missing : int
         Texts that were not in the store.
+    n_encoded : int
+        Texts encoded: the distinct ones among the missing (a text repeated in ``digests`` is
+        encoded and stored once, and its vectors copied to each of its rows).
     """
     whole = decomposable(readout)
     index = readout_index(readout.pooling, readout.layers) if whole else None
@@ -510,7 +547,7 @@ def cached_vectors(store: FeatureStore, digests, readout: Readout, compute) -> t
     else:
         store.expect((readout.output_dim,))
     out = np.empty((len(digests), readout.output_dim), dtype=np.float32)
-    n_computed = 0
+    n_missing = n_encoded = 0
     for start in range(0, len(digests), BLOCK):
         block = np.arange(start, min(start + BLOCK, len(digests)))
         values, missing = store.read(digests[block], index)
@@ -518,13 +555,25 @@ def cached_vectors(store: FeatureStore, digests, readout: Readout, compute) -> t
             with store.encoding():  # one process at a time: what it writes, others read
                 values, missing = store.read(digests[block], index)
                 if len(missing):
-                    computed = compute(block[missing], whole)
-                    store.write(digests[block[missing]], computed)
+                    distinct, rows = _distinct(digests[block[missing]])
+                    computed = compute(block[missing[distinct]], whole)
+                    store.write(digests[block[missing[distinct]]], computed)
                     if whole:
                         computed = select(computed, index)
                     if values is None:
                         values = np.empty((len(block), *computed.shape[1:]), dtype=np.float32)
-                    values[missing] = computed
-                    n_computed += len(missing)
+                    values[missing] = computed[rows]
+                    n_missing += len(missing)
+                    n_encoded += len(distinct)
         out[block] = assemble(values, readout.layer_combine) if whole else values
-    return out, n_computed
+    return out, n_missing, n_encoded
+
+
+def _distinct(digests: np.ndarray) -> tuple:
+    """The first position of each distinct digest, in the order given, and for each digest
+    the index of its own among those: ``digests[distinct][rows]`` equals ``digests``."""
+    _, first, inverse = np.unique(digests, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # distinct digests in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.reshape(-1)]
