@@ -18,6 +18,7 @@ from ._estimator.parameter_docs import (
     fine_tuned_precision,
     numpydoc_entries,
 )
+from ._estimator.sample_weights import row_weights, weighted_mean_loss
 from ._estimator.supervised import SupervisedEstimator
 from ._estimator.targets import check_class_labels, check_validation_split
 from ._nn.backbone import DEFAULT_MODEL
@@ -26,12 +27,12 @@ from .pretraining import within_task_pretrain
 __all__ = ["BertTextClassifier"]
 
 
-def _n_right(predicted, truth) -> int:
-    """Rows predicted right (all labels of a row, for multi-label), as
+def _right(predicted, truth) -> np.ndarray:
+    """Whether each row is predicted right (all labels of a row, for multi-label), as
     ``ClassifierMixin.score`` counts them for its accuracy."""
     if predicted.ndim == 2:
-        return int(np.all(predicted == truth, axis=1).sum())
-    return int((predicted == truth).sum())
+        return np.all(predicted == truth, axis=1)
+    return predicted == truth
 
 
 _OWN_PARAMETERS = numpydoc_entries(
@@ -204,7 +205,7 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
     _within_task_pretrain = staticmethod(within_task_pretrain)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fine-tune the encoder and the output layer on labelled texts.
 
         All or nothing: if the fit fails or is interrupted (Ctrl-C), the estimator is left
@@ -217,6 +218,12 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
             Texts or sentence pairs.
         y : array-like of shape (n_samples,) or (n_samples, n_labels)
             Class labels, or a binary indicator matrix for multi-label.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weight of each sample: its loss is multiplied by it (and by its
+            class's ``class_weight``), as scikit-learn's classifiers weigh samples; 0 leaves
+            a sample out. With ``early_stopping``, the held-out accuracy is weighted as
+            ``score(X, y, sample_weight)`` weighs it. None (or weights all equal) trains
+            unweighted.
 
         Returns
         -------
@@ -230,7 +237,7 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
             step and what to change).
         """
         with self._atomic_fit():
-            self._fit(X, y)
+            self._fit(X, y, sample_weight)
         return self
 
     def _check_targets(self, y, n_samples):
@@ -274,7 +281,7 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
                 )
         return y
 
-    def _learn_targets(self, y, continuing):
+    def _learn_targets(self, y, continuing, weights):
         """Encode y for the loss; sets ``classes_`` (or checks it with warm_start)."""
         multilabel = y.ndim == 2
         if multilabel:
@@ -325,33 +332,43 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
             return compute_class_weight("balanced", classes=present, y=y_encoded)
         return np.array([self.class_weight.get(c, 1.0) for c in self.classes_.tolist()])
 
-    def _training_loss(self, targets, device):
+    def _training_loss(self, targets, device, weights, train_rows):
         target_tensor = torch.as_tensor(targets)
-        weights = self._loss_weights(targets, self.multilabel_)
-        if self.multilabel_:
-            criterion = torch.nn.BCEWithLogitsLoss()
-        else:
-            criterion = torch.nn.CrossEntropyLoss(reduction="mean" if weights is None else "none")
+        # each row's weight: its class's (class_weight) times its own (sample_weight)
+        per_class = self._loss_weights(targets, self.multilabel_)
+        rows = None if per_class is None else per_class[targets]
         if weights is not None:
-            # each row's loss times its class's weight, a batch's sum over its size times the
-            # mean weight of all rows: torch's weighted mean divided by the batch's own sum of
+            rows = weights if rows is None else rows * weights
+        reduction = "mean" if rows is None else "none"
+        if self.multilabel_:
+            criterion = torch.nn.BCEWithLogitsLoss(reduction=reduction)
+        else:
+            criterion = torch.nn.CrossEntropyLoss(reduction=reduction)
+        if rows is not None:
+            # each row's loss times its weight, a batch's sum over its size times the mean
+            # weight of all rows: torch's weighted mean divided by the batch's own sum of
             # weights instead, so that in a batch of one class (batches are grouped by text
             # length) the weight cancelled out
-            row_weights = torch.as_tensor(weights[targets], dtype=torch.float32)
-            mean_weight = float(row_weights.mean())  # > 0: y has a class weighted above 0
+            why = "class_weight and sample_weight" if per_class is not None else "sample_weight"
+            row_weight = row_weights(rows, train_rows, why)
+            mean_weight = float(row_weight.mean())  # > 0: some training row weighs above 0
 
         def loss(logits, indices):
             target = target_tensor[indices].to(device)
-            if weights is None:
+            if rows is None:
                 return criterion(logits.float(), target)
-            weighted = criterion(logits.float(), target) * row_weights[indices].to(device)
-            size = len(indices) * mean_weight  # what the loss is a mean over
-            return weighted.sum() / size, size
+            values = criterion(logits.float(), target)
+            if self.multilabel_:  # one loss per label: a row's is their mean
+                values = values.mean(dim=1)
+            return weighted_mean_loss(values, row_weight[indices].to(device), mean_weight)
 
         return loss
 
-    def _held_out_score(self, logits, rows, y, targets):
-        return _n_right(self._decide(logits), targets[rows]), len(rows)
+    def _held_out_score(self, logits, rows, y, targets, weights):
+        right = _right(self._decide(logits), targets[rows])
+        if weights is None:
+            return int(right.sum()), len(rows)
+        return float(weights[rows] @ right), float(weights[rows].sum())  # as score() weighs
 
     # ------------------------------------------------------------------ predict
     def _decide(self, logits):

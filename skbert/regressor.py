@@ -19,6 +19,7 @@ from ._estimator.parameter_docs import (
     fine_tuned_precision,
     numpydoc_entries,
 )
+from ._estimator.sample_weights import row_weights, weighted_mean_loss
 from ._estimator.supervised import SupervisedEstimator
 from ._estimator.targets import (
     check_regression_targets,
@@ -223,7 +224,7 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
     _within_task_pretrain = staticmethod(within_task_pretrain)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fine-tune the encoder and the output layer on texts with real-valued targets.
 
         All or nothing: if the fit fails or is interrupted (Ctrl-C), the estimator is left
@@ -236,6 +237,12 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
             Texts or sentence pairs (read together: a cross-encoder).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             Real-valued targets, finite; no target may hold a single value.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weight of each sample: its loss is multiplied by it, as
+            scikit-learn's regressors weigh samples; 0 leaves a sample out. With
+            ``early_stopping``, the held-out R^2 is weighted as ``score(X, y,
+            sample_weight)`` weighs it. ``y`` is standardised over the samples of positive
+            weight (unweighted). None (or weights all equal) trains unweighted.
 
         Returns
         -------
@@ -254,7 +261,7 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
             step and what to change).
         """
         with self._atomic_fit():
-            self._fit(X, y)
+            self._fit(X, y, sample_weight)
         return self
 
     def _check_targets(self, y, n_samples):
@@ -271,9 +278,10 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
                 )
         return y
 
-    def _learn_targets(self, y, continuing):
-        """Set (or, with warm_start, check) the targets' shape and standardisation; return
-        the standardised targets, float32 of shape (n_samples, n_outputs)."""
+    def _learn_targets(self, y, continuing, weights):
+        """Set (or, with warm_start, check) the targets' shape and standardisation (over the
+        samples of positive weight: one weighted 0 is left out); return the standardised
+        targets, float32 of shape (n_samples, n_outputs)."""
         columns = y.reshape(len(y), -1)
         multioutput = y.ndim == 2
         if continuing:
@@ -285,7 +293,8 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
                     "to start anew."
                 )
         else:
-            self.target_mean_, self.target_scale_ = standardisation(columns)
+            kept = columns if weights is None else columns[weights > 0]
+            self.target_mean_, self.target_scale_ = standardisation(kept)
         self.n_outputs_ = columns.shape[1]
         self.multioutput_ = multioutput
         return ((columns - self.target_mean_) / self.target_scale_).astype(np.float32)
@@ -296,12 +305,19 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
     def _n_outputs(self):
         return self.n_outputs_
 
-    def _training_loss(self, targets, device):
+    def _training_loss(self, targets, device, weights, train_rows):
         target_tensor = torch.as_tensor(targets)
-        criterion = regression_loss(self.loss).to(device)
+        criterion = regression_loss(self.loss, "mean" if weights is None else "none").to(device)
+        if weights is not None:
+            row_weight = row_weights(weights, train_rows, "sample_weight")
+            mean_weight = float(row_weight.mean())
 
         def loss(outputs, indices):
-            return criterion(outputs.float(), target_tensor[indices].to(device))
+            values = criterion(outputs.float(), target_tensor[indices].to(device))
+            if weights is None:
+                return values
+            per_row = values.reshape(len(indices), -1).mean(dim=1)  # over the outputs
+            return weighted_mean_loss(per_row, row_weight[indices].to(device), mean_weight)
 
         return loss
 
@@ -321,13 +337,14 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
         # R^2 is no mean over rows: the first process scores them all, the others none
         return np.arange(n_validation if share.writer else 0)
 
-    def _held_out_score(self, outputs, rows, y, targets):
-        if squares_hold(self.target_scale_).all():
-            return r2_score(y[rows], self._in_units(outputs)), 1  # what score() gives
+    def _held_out_score(self, outputs, rows, y, targets, weights):
+        weight = None if weights is None else weights[rows]
+        if squares_hold(self.target_scale_).all():  # what score() gives
+            return r2_score(y[rows], self._in_units(outputs), sample_weight=weight), 1
         # squares of targets past about 1e154 overflow (R^2 NaN: "diverged") and under 1e-154
         # vanish (R^2 1.0 always); R^2 does not change with the standardisation
-        standardised = outputs.astype(np.float64)
-        return r2_score(targets[rows].astype(np.float64), standardised.reshape(len(rows), -1)), 1
+        standardised = outputs.astype(np.float64).reshape(len(rows), -1)
+        return r2_score(targets[rows].astype(np.float64), standardised, sample_weight=weight), 1
 
     # ------------------------------------------------------------------ predict
     def _in_units(self, outputs):

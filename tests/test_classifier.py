@@ -209,8 +209,8 @@ def test_the_weighted_loss_of_a_batch(tiny_bert):
     the mean weight of y's rows (returned as what the loss is a mean over)."""
     clf = make(tiny_bert, class_weight={"neg": 3.0})
     y = np.array(["pos"] * 6 + ["neg"] * 2, dtype=object)
-    targets = clf._learn_targets(y, continuing=False)  # classes_: ['neg', 'pos']
-    loss = clf._training_loss(targets, torch.device("cpu"))
+    targets = clf._learn_targets(y, continuing=False, weights=None)  # classes_: ['neg', 'pos']
+    loss = clf._training_loss(targets, torch.device("cpu"), None, np.arange(len(targets)))
     logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-0.4, 0.9]])
     rows = np.array([6, 0, 7])  # neg, pos, neg
     value, size = loss(logits, rows)

@@ -30,6 +30,7 @@ from .._training.loop import length_grouped_batches, train
 from .base import BertEstimatorBase
 from .column_names import check_column_names, record_column_names
 from .constraints import Number
+from .sample_weights import check_sample_weight, weights_digest
 from .training_settings import resolve_training_settings
 from .validation import check_texts
 
@@ -77,23 +78,27 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
         """``y`` checked (and, with ``early_stopping``, its split), before anything is reset."""
 
     @abstractmethod
-    def _learn_targets(self, y: np.ndarray, continuing: bool) -> np.ndarray:
+    def _learn_targets(self, y: np.ndarray, continuing: bool, weights) -> np.ndarray:
         """Set the fitted attributes that describe the targets (or check them against the
-        fitted ones for a ``warm_start`` fit); return the targets the loss reads."""
+        fitted ones for a ``warm_start`` fit), from the samples that ``weights`` (or None)
+        does not leave out; return the targets the loss reads."""
 
     @abstractmethod
     def _n_outputs(self) -> int:
         """Outputs of the network's output layer."""
 
     @abstractmethod
-    def _training_loss(self, targets: np.ndarray, device):
+    def _training_loss(self, targets: np.ndarray, device, weights, train_rows):
         """``loss(outputs, indices)``: the mean loss of the rows ``indices`` (a tensor, or
-        ``(tensor, weight)`` where the mean divides by another weight than their number)."""
+        ``(tensor, weight)`` where the mean divides by another weight than their number),
+        each row weighted by ``weights`` (``fit``'s ``sample_weight``, or None); the rows
+        that train are ``train_rows``."""
 
     @abstractmethod
-    def _held_out_score(self, outputs: np.ndarray, rows, y, targets) -> tuple:
+    def _held_out_score(self, outputs: np.ndarray, rows, y, targets, weights) -> tuple:
         """``(total, count)`` of the validation score of the held-out ``rows`` (positions in
-        ``y``), from the network's ``outputs`` for them, as :meth:`predict` computes them."""
+        ``y``), from the network's ``outputs`` for them, as :meth:`predict` computes them and
+        ``score`` weighs them by ``weights`` (or None)."""
 
     def _checkpoint_task(self) -> dict:
         """What, besides the data and the parameters, identifies the fit's checkpoint."""
@@ -115,10 +120,11 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
     def _continuing(self) -> bool:
         return self.warm_start and "network_" in vars(self)
 
-    def _fit(self, X, y):
+    def _fit(self, X, y, sample_weight=None):
         first, second = check_texts(X)
         refuse_chunked_pairs(second, self.truncation == "chunks")  # before any work is done
         y = self._check_targets(y, len(first))
+        weights = check_sample_weight(sample_weight, len(first))
         continuing = self._continuing()
         if continuing and self.pairs_ != (second is not None):
             raise ValueError(
@@ -128,10 +134,11 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
             )
         settings = resolve_training_settings(self.get_params(deep=False))
         self._start_fit(keep_learned=continuing)
-        targets = self._learn_targets(y, continuing)
+        targets = self._learn_targets(y, continuing, weights)
         self.pairs_ = second is not None
         record_column_names(self, X)
-        checkpoint = self._checkpoint(first, second, targets, **self._checkpoint_task())
+        task = {**self._checkpoint_task(), **weights_digest(weights)}
+        checkpoint = self._checkpoint(first, second, targets, **task)
         seed = self._fit_seed(checkpoint)
         train_idx, val_idx = np.arange(len(first)), None
         if self.early_stopping:  # before the encoder loads: the split's check fails fast
@@ -142,12 +149,18 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
                 random_state=seed,
             )
             self._check_held_out(y, val_idx)
+            if weights is not None and not weights[val_idx].any():
+                raise ValueError(
+                    f"early_stopping=True held out {len(val_idx)} samples whose sample_weight "
+                    "is 0: they cannot score the epochs. Use a larger validation_fraction, "
+                    "another random_state, or early_stopping=False."
+                )
         network = self._network(first, second, seed, continuing)
         device, dtype = self._device_and_dtype(trained=network)
         predict_dtype = resolve_precision(self.precision, device)  # that of predict and score
         encoded = self._encode(first, second)
         lengths = [sum(len(r[0]) for r in rows) for rows in encoded.rows]
-        loss = self._training_loss(targets, device)
+        loss = self._training_loss(targets, device, weights, train_idx)
 
         def make_batches(rng):
             return length_grouped_batches([lengths[i] for i in train_idx], self.batch_size, rng)
@@ -174,7 +187,7 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
                     device=device,
                     int8=self._int8_runs(device, inference),
                 )
-                return self._held_out_score(outputs, rows, y, targets)
+                return self._held_out_score(outputs, rows, y, targets, weights)
 
         config = settings.loop_config(
             device,

@@ -23,19 +23,21 @@ REGRESSION_LOSSES = {
 }
 
 
-def regression_loss(name: str) -> nn.Module:
+def regression_loss(name: str, reduction: str = "mean") -> nn.Module:
     """The torch criterion of the regression loss ``name`` (a key of :data:`REGRESSION_LOSSES`).
 
     Parameters
     ----------
     name : {"squared_error", "huber", "absolute_error"}
         The loss.
+    reduction : {"mean", "none"}, default="mean"
+        The mean over the rows and outputs of a batch, or each element's loss (for weighted
+        rows).
 
     Returns
     -------
     torch.nn.Module
-        ``MSELoss``, ``HuberLoss(delta=HUBER_DELTA)`` or ``L1Loss``, each the mean over the
-        rows and outputs of a batch.
+        ``MSELoss``, ``HuberLoss(delta=HUBER_DELTA)`` or ``L1Loss``.
 
     Raises
     ------
@@ -43,9 +45,9 @@ def regression_loss(name: str) -> nn.Module:
         For another name.
     """
     if name == "squared_error":
-        return nn.MSELoss()
+        return nn.MSELoss(reduction=reduction)
     if name == "huber":
-        return nn.HuberLoss(delta=HUBER_DELTA)
+        return nn.HuberLoss(delta=HUBER_DELTA, reduction=reduction)
     if name == "absolute_error":
-        return nn.L1Loss()
+        return nn.L1Loss(reduction=reduction)
     raise ValueError(f"loss={name!r} is not one of {sorted(REGRESSION_LOSSES)}.")
