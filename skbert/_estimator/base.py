@@ -45,7 +45,7 @@ from .constraints import RANDOM_STATE, Number
 from .model_source import fitted_encoder_source, load_encoder
 from .persistence import folder as _persistence
 from .persistence.registry import register_estimator
-from .prediction_cache import forget_fit, prediction_cache, remembered
+from .prediction_cache import forget_fit, kept_cache, prediction_cache, remembered, restore_cache
 from .readout import (
     check_readout_parameters,
     refuse_untrained,
@@ -184,12 +184,13 @@ class BertEstimatorBase(BaseEstimator):
         Fits never train the previous network in place (a ``warm_start`` fit trains a copy),
         so the attributes kept here are untouched by the failed fit.
         """
-        before = dict(vars(self))
+        before, cache = dict(vars(self)), kept_cache(self)
         try:
             yield
         except BaseException:
             vars(self).clear()
             vars(self).update(before)
+            restore_cache(self, cache)  # the weights an unpickled memory= fit keeps there
             raise
 
     def _warm_start_network(self):

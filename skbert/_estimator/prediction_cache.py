@@ -34,7 +34,14 @@ from __future__ import annotations
 import dataclasses
 import weakref
 
-__all__ = ["PredictionCache", "prediction_cache", "forget_fit", "remembered"]
+__all__ = [
+    "PredictionCache",
+    "prediction_cache",
+    "forget_fit",
+    "kept_cache",
+    "restore_cache",
+    "remembered",
+]
 
 
 @dataclasses.dataclass
@@ -65,6 +72,21 @@ def forget_fit(estimator) -> None:
     cache = _CACHES.get(estimator)
     if cache is not None:
         _CACHES[estimator] = PredictionCache(warned_device=cache.warned_device)
+
+
+def kept_cache(estimator):
+    """``estimator``'s cache as it is now (or None), for :func:`restore_cache`."""
+    return _CACHES.get(estimator)
+
+
+def restore_cache(estimator, cache) -> None:
+    """Give ``estimator`` back the ``cache`` :func:`kept_cache` returned (a failed fit leaves
+    the predictions' caches as they were: a ``memory=`` fit unpickled where its model folder
+    is not keeps its weights there only)."""
+    if cache is None:
+        _CACHES.pop(estimator, None)
+    else:
+        _CACHES[estimator] = cache
 
 
 def remembered(estimator, entry: str, source, make, key=None):
