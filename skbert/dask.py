@@ -15,14 +15,19 @@ distributed scheduler); skbert itself imports without it.
     vectors = transform(fitted_estimator, texts)    # lazy: a dask DataFrame
     vectors.to_parquet("vectors/")                  # computed on the workers
 
-The fitted estimator is not pickled per task: with a distributed client it is scattered to
-every worker (``client.scatter(..., broadcast=True)``) when ``transform`` is called, before
-anything is computed (a worker's memory manager may drop idle copies, so a later compute of
-the same collection can ship it again); with Dask's local schedulers it is one
-``dask.delayed`` value that every partition's task depends on (pickled with each task's
-inputs by the ``"processes"`` scheduler only: prefer a client).
+The fitted estimator is not pickled per task. With a distributed client, ``transform``
+pickles it once and sends it to the scheduler as the input of one task that unpickles it on a
+worker; the other workers fetch it from there when they need it, and the scheduler keeps the
+pickled bytes (the estimator's size) while the collection is alive, so that it can run that
+task again should every worker holding the estimator be lost: computing the collection again
+then works. Such a collection must be computed on the client that was active when
+``transform`` was called (``compute()`` without ``scheduler=``); a local scheduler cannot
+reach the estimator there (Dask's ``Missing dependency skbert.dask-...`` error). With no
+client, the estimator is one ``dask.delayed`` value that every partition's task depends on
+(pickled with each task's inputs by the ``"processes"`` scheduler only: prefer a client).
 Rows keep the input's order and index, partition by partition. Each vector is the one
-``estimator.transform`` gives on one machine, bit for bit: skbert computes every text in
+``estimator.transform`` gives on one machine, bit for bit, as float32 (skbert's own dtype; a
+pipeline whose last step gives float64 is cast to float32): skbert computes every text in
 shapes that depend only on its own length (see the user guide), so how texts are split into
 partitions changes nothing. A worker on another kind of CPU may differ in the last bits, as
 any two CPUs do.
@@ -38,6 +43,8 @@ fit the estimator with ``device="auto"``: each task then predicts on its worker'
 from __future__ import annotations
 
 import contextlib
+import uuid
+import warnings
 from numbers import Integral
 
 import numpy as np
@@ -78,7 +85,8 @@ def transform(estimator, texts, *, threads: int | None = None):
     -------
     dask.dataframe.DataFrame
         One row per text, the input's index, float32 columns named by
-        ``estimator.get_feature_names_out()``.
+        ``estimator.get_feature_names_out()`` (a pipeline whose last step gives another
+        dtype, float64 say, is cast to float32).
     """
     return _map(estimator, texts, "transform", threads)
 
@@ -157,6 +165,7 @@ def _map(estimator, texts, method, threads):
             f"predict of a multi-label {type(final).__name__} gives a 0/1 matrix, not one "
             "label per text; use skbert.dask.predict_proba (and a threshold) instead."
         )
+    _check_outputs(estimator, final, method)
     meta = _meta(estimator, method)
     shipped = _shipped(estimator)
     columns = list(meta.columns) if meta.ndim == 2 else None
@@ -164,16 +173,55 @@ def _map(estimator, texts, method, threads):
     return texts.map_partitions(_run_partition, shipped, method, threads, columns, dtype, meta=meta)
 
 
+def _check_outputs(estimator, final, method):
+    """Refuse, before anything is computed, an estimator whose ``predict`` or
+    ``predict_proba`` does not give one label, value or row of probabilities per text."""
+    if method == "transform" or (method == "predict" and is_regressor(estimator)):
+        return
+    supported = (
+        "supported: a classifier fitted on a 1-D y (predict, predict_proba), a regressor "
+        "(predict), a multi-label BertTextClassifier (predict_proba), or skbert.dask.transform "
+        "for any transformer"
+    )
+    classes = getattr(estimator, "classes_", None)  # a pipeline's is its last step's
+    if classes is None:
+        raise TypeError(
+            f"{method} needs a classifier with classes_ (or, for predict, a regressor) as the "
+            f"estimator or the last step of its pipeline; got {type(final).__name__}, which is "
+            f"neither; {supported}."
+        )
+    if len(classes) and np.ndim(classes[0]) > 0:  # one array of classes per output
+        raise ValueError(
+            f"{method} of {type(final).__name__} fitted on a 2-D y (multi-output, "
+            f"{len(classes)} outputs) gives several labels per text, not one; {supported}."
+        )
+
+
 def _shipped(estimator):
-    """The estimator as the tasks receive it: with a distributed client, scattered to every
-    worker once (no large task graph); otherwise one ``dask.delayed`` value in the graph."""
+    """The estimator as the tasks receive it: with a distributed client, the future of one
+    task that unpickles it on a worker (its pickled bytes, sent once, stay on the scheduler,
+    which can run the task again if the workers holding the estimator are lost; scattered
+    data could not be recovered); otherwise one ``dask.delayed`` value in the graph."""
     try:
         from distributed import get_client
 
         client = get_client()
     except (ImportError, ValueError):  # no distributed, or no client: local schedulers
         return dask.delayed(estimator, pure=True, traverse=False)
-    return client.scatter(estimator, broadcast=True, hash=False)
+    from distributed.protocol import pickle
+
+    payload = pickle.dumps(estimator)  # bytes: the scheduler holds them without unpickling
+    key = f"skbert.dask-{type(estimator).__name__}-{uuid.uuid4().hex}"
+    with warnings.catch_warnings():  # sent once here, not with each graph: as intended
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        return client.submit(_unpickled, payload, key=key, pure=False)
+
+
+def _unpickled(payload):
+    """The estimator, on the worker that runs this task."""
+    from distributed.protocol import pickle
+
+    return pickle.loads(payload)
 
 
 def _meta(estimator, method):

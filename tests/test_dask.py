@@ -53,6 +53,31 @@ def test_bad_inputs_say_what_is_allowed(tiny_bert):
         predict(multilabel, one)
 
 
+def test_final_steps_that_give_no_column_per_text_are_refused_up_front(tiny_bert):
+    """A pipeline ending in KMeans failed at compute with AttributeError 'classes_'; one
+    ending in a classifier fitted on a 2-D y with 'Data must be 1-dimensional' (predict) or
+    'Must pass 2-d input' (predict_proba)."""
+    from sklearn.cluster import KMeans
+    from sklearn.neighbors import KNeighborsClassifier
+
+    from skbert.dask import predict, predict_proba
+
+    one = dd.from_pandas(pd.Series(TEXTS[:4]), npartitions=2)
+    km = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), KMeans(2, n_init=1))
+    km.fit(TEXTS[:8])
+    with pytest.raises(TypeError, match="got KMeans, which is neither; supported: a classif"):
+        predict(km, one)
+    y = np.c_[LABELS[:8], 1 - LABELS[:8]]
+    knn = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), KNeighborsClassifier(2))
+    knn.fit(TEXTS[:8], y)
+    for method in (predict, predict_proba):
+        with pytest.raises(ValueError, match=r"KNeighborsClassifier fitted on a 2-D y \(multi"):
+            method(knn, one)
+    multilabel = BertTextClassifier(tiny_bert, device="cpu", max_epochs=1).fit(TEXTS[:8], y)
+    got = predict_proba(multilabel, one).compute(scheduler="sync")  # still supported
+    np.testing.assert_array_equal(got.to_numpy(), multilabel.predict_proba(TEXTS[:4]))
+
+
 def test_predictions_of_every_partition_have_the_meta_dtype_and_write_parquet(tiny_bert, tmp_path):
     """String labels came back as pandas' str from a partition, object from the meta (and an
     empty partition): to_parquet raised ArrowInvalid. A Ridge head gave float32, not float64."""
@@ -285,3 +310,32 @@ def test_a_shared_cache_encodes_each_text_once_for_the_cluster(client, tiny_bert
     np.testing.assert_array_equal(
         remote.cv_results_["mean_test_score"], local.cv_results_["mean_test_score"]
     )
+
+
+def test_a_collection_computes_again_after_the_workers_holding_the_estimator_are_lost(
+    client, tiny_bert
+):
+    """Scattered, the estimator was lost with the workers holding it (the memory manager
+    keeps one copy of idle data): a later compute raised FutureCancelledError. Computed from
+    the bytes the scheduler keeps, it is made again on a worker."""
+    from skbert.dask import transform
+
+    est = BertSentenceTransformer(tiny_bert, device="cpu").fit(TEXTS[:1])
+    vectors = transform(est, dd.from_pandas(pd.Series(TEXTS[:12]), npartitions=2))
+    expected = est.transform(TEXTS[:12])
+    np.testing.assert_array_equal(vectors.compute().to_numpy(), expected)
+    holders = [
+        worker
+        for key, workers in client.who_has().items()
+        if "BertSentenceTransformer" in str(key)
+        for worker in workers
+    ]
+    assert holders
+    try:
+        client.restart_workers(holders, timeout=120)  # they start again empty, as if OOM-killed
+        np.testing.assert_array_equal(vectors.compute().to_numpy(), expected)
+    finally:
+        client.wait_for_workers(2, timeout=120)
+    # made on the client that was active: a local scheduler cannot reach it, and Dask says so
+    with pytest.raises(ValueError, match="Missing dependency skbert.dask-BertSentenceTransformer"):
+        vectors.compute(scheduler="sync")

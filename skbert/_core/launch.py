@@ -131,12 +131,34 @@ def current_share() -> Share:
 
 
 def local_device(device: torch.device) -> torch.device:
-    """``device`` with this rank's GPU for a bare ``cuda`` in a launch (``cuda:LOCAL_RANK``)."""
+    """``device`` with this rank's GPU for a bare ``cuda`` in a launch (``cuda:LOCAL_RANK``).
+
+    A host that shows each rank one GPU of its own (``CUDA_VISIBLE_DEVICES`` set to one
+    device per rank, as SLURM's ``--gpus-per-task=1`` does) gives every rank ``cuda:0``.
+
+    Raises
+    ------
+    RuntimeError
+        If ``LOCAL_RANK`` is not below the number of GPUs the rank sees (and not one GPU of
+        its own): two ranks of the launch's group would share a GPU, which NCCL refuses.
+    """
     if device.type != "cuda" or device.index is not None:
         return device
     where = launch()
     if where is not None:
-        return torch.device("cuda", where.local_rank % max(torch.cuda.device_count(), 1))
+        count = torch.cuda.device_count()
+        if where.local_rank < count or count == 0:  # none: torch says so when it is used
+            return torch.device("cuda", where.local_rank if count else 0)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        if count == 1 and len(visible) == 1 and visible[0].strip():
+            return torch.device("cuda", 0)  # the launcher gave each rank its own GPU
+        raise RuntimeError(
+            f"LOCAL_RANK={where.local_rank} but this host shows {count} GPU(s) "
+            f"(cuda:0 to cuda:{count - 1}): device='cuda' (or 'auto') would put two ranks "
+            "of the launch's process group on one GPU, which NCCL refuses (\"Duplicate GPU "
+            f'detected"). Start at most {count} processes per host (torchrun '
+            "--nproc_per_node), or fit with device='cpu', where ranks share the cores."
+        )
     if group_ready():
         return torch.device("cuda", torch.cuda.current_device())
     return device
