@@ -502,7 +502,9 @@ class BertEstimatorBase(BaseEstimator):
         path : str or os.PathLike
             The folder to write: a new path, an empty folder or a previous save, which is
             replaced (``~`` is the home folder). The folder is written under a temporary name
-            beside it and renamed at the end, so a failed save leaves nothing that loads.
+            beside it and renamed at the end, so a failed save leaves nothing that loads (a
+            save killed outright, by SIGKILL or a power cut, can leave that hidden
+            ``.NAME.partial-*`` folder behind: it never loads; delete it).
 
         Returns
         -------
