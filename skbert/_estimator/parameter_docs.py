@@ -169,7 +169,9 @@ max_epochs : int, default=3
 mlm_steps : int, default=0
     Within-task pre-training (Sun et al.'s ITPT): before fine-tuning, this many steps
     (batches of ``batch_size`` windows of ``max_length`` tokens) of masked-LM training on
-    the texts given to ``fit``, at ``learning_rate``; 0 = off (BERT-FiT). Not repeated by
+    the texts given to ``fit`` (with ``early_stopping``, the held-out ones too: their
+    words, never their labels, which can flatter the validation score a little), at
+    ``learning_rate``; 0 = off (BERT-FiT). Not repeated by
     a ``warm_start`` fit. It trains the whole encoder whatever ``fine_tune`` says:
     ``fine_tune="top"`` then trains its top weights on the pre-trained, then frozen,
     encoder (Sun et al.'s ITPT before frozen features). For in-domain pre-training on
