@@ -220,8 +220,10 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
             Class labels, or a binary indicator matrix for multi-label.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weight of each sample: its loss is multiplied by it (and by its
-            class's ``class_weight``), as scikit-learn's classifiers weigh samples; 0 leaves
-            a sample out. With ``early_stopping``, the held-out accuracy is weighted as
+            class's ``class_weight``), as scikit-learn's classifiers weigh samples; 0 takes
+            it out of the loss (its label changes nothing; it still counts for ``classes_``,
+            ``"balanced"`` weights and the split, and ``mlm_steps`` pre-trains on its text).
+            With ``early_stopping``, the held-out accuracy is weighted as
             ``score(X, y, sample_weight)`` weighs it. None (or weights all equal) trains
             unweighted.
 
@@ -351,7 +353,7 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
             # length) the weight cancelled out
             why = "class_weight and sample_weight" if per_class is not None else "sample_weight"
             row_weight = row_weights(rows, train_rows, why)
-            mean_weight = float(row_weight.mean())  # > 0: some training row weighs above 0
+            mean_weight = float(row_weight[train_rows].mean())  # > 0: row_weights checked
 
         def loss(logits, indices):
             target = target_tensor[indices].to(device)

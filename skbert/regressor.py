@@ -239,7 +239,9 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
             Real-valued targets, finite; no target may hold a single value.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weight of each sample: its loss is multiplied by it, as
-            scikit-learn's regressors weigh samples; 0 leaves a sample out. With
+            scikit-learn's regressors weigh samples; 0 takes it out of the loss (its target
+            changes nothing; its text still fills a place in a batch, and ``mlm_steps``
+            pre-trains on it). With
             ``early_stopping``, the held-out R^2 is weighted as ``score(X, y,
             sample_weight)`` weighs it. ``y`` is standardised over the samples of positive
             weight (unweighted). None (or weights all equal) trains unweighted.
@@ -294,6 +296,12 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
                 )
         else:
             kept = columns if weights is None else columns[weights > 0]
+            if weights is not None and (kept.min(axis=0) == kept.max(axis=0)).any():
+                raise ValueError(
+                    f"the samples of positive sample_weight hold one value of y, "
+                    f"{kept[0].tolist()!r} (in some output), so nothing varies to learn; give "
+                    "weight to samples of other values."
+                )
             self.target_mean_, self.target_scale_ = standardisation(kept)
         self.n_outputs_ = columns.shape[1]
         self.multioutput_ = multioutput
@@ -310,7 +318,7 @@ class BertTextRegressor(RegressorMixin, SupervisedEstimator):
         criterion = regression_loss(self.loss, "mean" if weights is None else "none").to(device)
         if weights is not None:
             row_weight = row_weights(weights, train_rows, "sample_weight")
-            mean_weight = float(row_weight.mean())
+            mean_weight = float(row_weight[train_rows].mean())
 
         def loss(outputs, indices):
             values = criterion(outputs.float(), target_tensor[indices].to(device))

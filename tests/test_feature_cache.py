@@ -830,6 +830,73 @@ def test_weights_loaded_in_place_after_a_memory_fit_are_hashed_anew(
     assert len(hashed) == at_fit + 1  # once for the new weights
 
 
+def _changed(network):
+    """Weights scaled by 1.5 in place (``load_state_dict``), and the vectors they give."""
+    import torch
+
+    state = {k: v * 1.5 for k, v in network.backbone.state_dict().items()}
+    with torch.no_grad():
+        network.backbone.load_state_dict(state)
+    return state
+
+
+@pytest.mark.parametrize("when", ["before the first transform", "then copied"])
+def test_weights_changed_in_place_never_go_under_the_folders_key(tiny_bert, tmp_path, when):
+    """A deferred encoder loaded by fitted_network() and changed before the first transform
+    was taken for the folder's weights (the first time seen): its vectors were stored under
+    the folder's key, and a new estimator over the untouched folder read them (1.77 apart).
+    A pickled or deep-copied estimator whose weights were changed served the old vectors."""
+    import copy
+    import pickle
+
+    memory = tmp_path / "cache"
+    folder_vectors = make(tiny_bert).fit(TEXTS).transform(TEXTS)
+    est = make(tiny_bert, memory=memory).fit(TEXTS)
+    if when == "then copied":
+        np.testing.assert_array_equal(est.transform(TEXTS), folder_vectors)  # cached
+    state = _changed(est.fitted_network())
+    fresh = make(tiny_bert).fit(TEXTS)
+    fresh.network_.backbone.load_state_dict(state)
+    expected = fresh.transform(TEXTS)
+    copies = (
+        [est] if when != "then copied" else [pickle.loads(pickle.dumps(est)), copy.deepcopy(est)]
+    )
+    for each in copies:
+        np.testing.assert_array_equal(each.transform(TEXTS), expected)
+    untouched = make(tiny_bert, memory=memory).fit(TEXTS)
+    np.testing.assert_array_equal(untouched.transform(TEXTS), folder_vectors)
+
+
+def test_a_copy_of_unchanged_weights_reads_the_folders_key(tiny_bert, tmp_path, monkeypatch):
+    """A pickled memory= fit of unchanged weights keeps their key: it reads the vectors
+    cached under the folder's key, hashing nothing; so does a network moved (its storages
+    replaced, as .to(device) does) by a transform."""
+    import pickle
+
+    from skbert._estimator import feature_memory
+
+    est = make(tiny_bert, memory=tmp_path / "cache").fit(TEXTS)
+    vectors = est.transform(TEXTS)  # loads the encoder: its key is the folder's
+    hashed = []
+    real = feature_memory.state_fingerprint
+    monkeypatch.setattr(
+        feature_memory, "state_fingerprint", lambda *a: hashed.append(1) or real(*a)
+    )
+    copy = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(copy.transform(TEXTS), vectors)
+    forward = copy._forward_all
+
+    def moved_then_forward(*args, **kwargs):  # new storages, the same weights: as .to(cuda)
+        copy.fitted_network().double().float()
+        return forward(*args, **kwargs)
+
+    copy._forward_all = moved_then_forward
+    new = [f"{text} again" for text in TEXTS]
+    np.testing.assert_array_equal(copy.transform(new), est.transform(new))
+    np.testing.assert_array_equal(copy.transform(TEXTS), vectors)
+    assert hashed == []  # the moved weights kept their key: nothing was hashed
+
+
 def test_memory_under_the_home_folder(tiny_bert, tmp_path, monkeypatch):
     """``memory="~/..."`` is a folder in the home folder, not a folder named "~" in the
     working directory; a file there is refused by its expanded name."""

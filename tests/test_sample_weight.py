@@ -162,3 +162,26 @@ def test_weights_reach_fit_through_pipelines_and_searches(tiny_bert):
         search = GridSearchCV(est, {"pooling": ["mean", "cls"]}, cv=2, error_score="raise")
         search.fit(X, LABELS, sample_weight=WEIGHTS + 0.5)
         assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+
+
+@pytest.mark.parametrize("cls", [BertTextClassifier, BertTextRegressor])
+def test_held_out_weights_do_not_scale_the_training_loss(cls, tiny_bert):
+    """The loss divided by the mean weight of all rows, held-out ones too: training rows of
+    weight 1 with held-out rows of 10 reported a loss 4.6 times smaller (and, gradients
+    being clipped, trained another model)."""
+    y = LABELS if cls is BertTextClassifier else RATINGS
+    rows = _held_out(y, stratified=cls is BertTextClassifier)
+    weights = np.ones(len(X))
+    weights[rows] = 10.0
+    params = {"early_stopping": True, "validation_fraction": 0.4, "n_iter_no_change": 3}
+    plain = cls(tiny_bert, **FAST, **params).fit(X, y)
+    weighted = cls(tiny_bert, **FAST, **params).fit(X, y, sample_weight=weights)
+    np.testing.assert_allclose(weighted.loss_curve_, plain.loss_curve_, rtol=1e-5)
+    np.testing.assert_allclose(outputs(weighted), outputs(plain), rtol=0, atol=1e-5)
+
+
+def test_one_target_value_among_the_weighted_samples_names_the_weights(tiny_bert, tmp_path):
+    y = np.array([1.0, 1.0, 1.0, 1.0, 2.0] * 4)
+    weights = np.array([1.0, 1.0, 1.0, 1.0, 0.0] * 4)
+    with pytest.raises(ValueError, match=r"samples of positive sample_weight hold one value"):
+        BertTextRegressor(tiny_bert, **FAST).fit(X, y, sample_weight=weights)

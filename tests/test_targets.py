@@ -181,6 +181,25 @@ OBJECT_INTS = pd.Series([1, 0] * 3, dtype=object)
 
 
 @pytest.mark.parametrize(
+    "y",
+    [
+        pd.DataFrame({"a": [0, 1, 1, 0, 1, 0], "b": [1, 0, 1, 0, 0, 1]}).astype("Int64"),
+        pd.DataFrame({"a": [0, 1, 1, 0, 1, 0], "b": [True, False] * 3}),
+    ],
+    ids=["nullable Int64", "int and bool columns"],
+)
+def test_an_indicator_the_metrics_read_as_objects_is_refused(y):
+    """An indicator to type_of_target, objects to accuracy_score: the fit trained, then
+    score() failed and cross-validation scored NaN."""
+    assert type_of_target(y) == "multilabel-indicator"
+    with pytest.raises(ValueError, match=r"^y is a 2-D indicator .*dtype object.*astype\(int\)"):
+        labels(y=y, allow_multilabel=True)
+    labels(y=y.astype(int), allow_multilabel=True)
+    if (y.dtypes == "Int64").all():  # a transformer only trains on them
+        labels(y=y, allow_multilabel=True, scored=False)
+
+
+@pytest.mark.parametrize(
     "y, match",
     [
         (

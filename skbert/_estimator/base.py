@@ -28,13 +28,6 @@ from .._inference.int8 import int8_unavailable
 from .._inference.predict import low_precision_copy, predict_rows
 from .._nn.backbone import SpecialTokens, model_max_length, quiet_loading
 from .._nn.network import SentenceEncoder, exported_backbone_state, weights_version
-from .._nn.state import (
-    LINEAR_FORMAT,
-    linear_from_state,
-    linear_to_state,
-    network_from_state,
-    network_to_state,
-)
 from .._storage.files import check_output_dir
 from .._storage.fingerprint import weights_fingerprint
 from .._text.encoding import encode_texts, pad_batch
@@ -42,9 +35,11 @@ from .._training.distributed import shared_seed
 from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from ..truncation import STRATEGIES
 from .constraints import RANDOM_STATE, Number
+from .feature_memory import record_loaded_weights
 from .model_source import fitted_encoder_source, load_encoder
 from .persistence import folder as _persistence
 from .persistence.registry import register_estimator
+from .pickling import pickled_state, unpickled_state
 from .prediction_cache import forget_fit, kept_cache, prediction_cache, remembered, restore_cache
 from .readout import (
     check_readout_parameters,
@@ -54,9 +49,6 @@ from .readout import (
 )
 
 __all__ = ["BertEstimatorBase"]
-
-#: the pickle's entry of a deferred encoder's weights (the copy's prediction cache gets them)
-_DEFERRED_WEIGHTS = "__deferred_network_weights"
 
 #: ``fine_tune`` values: train nothing, only the layers on top of the encoder, or everything
 FINE_TUNE_MODES = ("none", "top", "full")
@@ -385,7 +377,13 @@ class BertEstimatorBase(BaseEstimator):
         fitted = vars(self)
         if "network_" not in fitted and "deferred_network_" in fitted:
             deferred = fitted["deferred_network_"]
-            return remembered(self, "network", deferred, deferred.load)
+
+            def load():  # the folder's weights, under the key fit gave them
+                network = deferred.load()
+                record_loaded_weights(self, network, deferred.fingerprint)
+                return network
+
+            return remembered(self, "network", deferred, load)
         return self.network_
 
     def _inference_network(self, device, dtype):
@@ -553,46 +551,12 @@ class BertEstimatorBase(BaseEstimator):
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self):
-        # A pickle runs code when it is loaded: save()/skbert.load is the safe format. The
-        # network is pickled as that format stores it (a JSON description and safetensors
-        # bytes, on the CPU), so unpickling it runs no code from the bytes (no torch.load).
-        # a copy: object.__getstate__ returns the live __dict__ itself
-        state = dict(super().__getstate__())
-        if "network_" not in state and "deferred_network_" in state:
-            # memory=: the weights fit left in their folder travel too (as save() writes
-            # them), so the pickle unpickles where that folder is not; the copy keeps them
-            # in its prediction cache, as this estimator would once loaded
-            deferred, kept = state["deferred_network_"], prediction_cache(self).network
-            try:
-                network = kept[2] if kept is not None and kept[0] is deferred else deferred.load()
-            except (OSError, RuntimeError) as exc:  # the folder is gone or changed
-                warnings.warn(
-                    f"pickling a memory= fit whose encoder is not loaded, and its model folder "
-                    f"cannot be loaded now ({exc}); the pickle refers to the folder and works "
-                    "only where that folder is as fit read it (texts in the feature cache "
-                    "transform without it).",
-                    UserWarning,
-                    stacklevel=user_stacklevel(),
-                )
-            else:
-                state[_DEFERRED_WEIGHTS] = network_to_state(network)
-        if "network_" in state:
-            state["network_"] = network_to_state(state["network_"])
-        for name, value in state.items():  # a softmax objective's output_layer_
-            if type(value) is torch.nn.Linear:
-                state[name] = linear_to_state(value)
-        return state
+        # networks as safetensors (skbert._estimator.pickling); a copy of the state, as
+        # object.__getstate__ returns the live __dict__ itself
+        return pickled_state(self, dict(super().__getstate__()))
 
     def __setstate__(self, state):
         # rebuilt on the CPU: a model fitted on a GPU loads on a CPU-only machine
-        state = dict(state)
-        if "network_" in state:
-            state["network_"] = network_from_state(state["network_"])
-        for name, value in state.items():
-            if isinstance(value, dict) and value.get("format") == LINEAR_FORMAT:
-                state[name] = linear_from_state(value, name)
-        weights = state.pop(_DEFERRED_WEIGHTS, None)
+        state, finish = unpickled_state(self, state)
         super().__setstate__(state)
-        if weights is not None:
-            network = network_from_state(weights)
-            remembered(self, "network", self.deferred_network_, lambda: network)
+        finish()

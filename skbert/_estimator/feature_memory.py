@@ -27,7 +27,13 @@ from .deferred import DeferredNetwork
 from .model_source import fitted_encoder_source
 from .prediction_cache import prediction_cache, remembered
 
-__all__ = ["memory_location", "fit_for_cache", "cached_transform"]
+__all__ = [
+    "memory_location",
+    "fit_for_cache",
+    "cached_transform",
+    "record_loaded_weights",
+    "weights_key",
+]
 
 
 def memory_location(memory, fine_tune_mode: str):
@@ -95,16 +101,29 @@ def _hashed(estimator, network, fingerprint) -> None:
     prediction_cache(estimator).fingerprint = (network, weights_version(network), fingerprint)
 
 
-def _model_fingerprint(estimator) -> str:
-    """The model part of the cache key: ``feature_fingerprint_`` while the weights are those
-    fit hashed, else (fitted before ``memory`` was set, or weights loaded in place since,
-    e.g. ``load_state_dict``) a hash of the loaded weights, made again whenever their
-    :func:`~skbert._nn.network.weights_version` changes.
+def record_loaded_weights(estimator, network, fingerprint) -> None:
+    """Record that ``network``, just loaded (a deferred encoder from its folder, or a network
+    unpickled with :func:`weights_key`'s answer), holds the weights ``fingerprint`` keys."""
+    _hashed(estimator, network, fingerprint)
 
-    The weights of a loaded network are taken as those fit hashed when first seen here: at
-    the fit that loaded them, else at the first transform after a deferred encoder (or an
-    unpickled, copied network) was loaded.
-    """
+
+def weights_key(estimator):
+    """The cache key of the loaded network's weights as they are now, if it is known without
+    hashing them (recorded, and no weight changed since), else None: what a pickle carries,
+    so that a copy of unchanged weights keeps reading the cache under their key, and one of
+    weights changed in place hashes them."""
+    network = _loaded_network(estimator)
+    kept = prediction_cache(estimator).fingerprint
+    if network is None or kept is None or kept[0] is not network:
+        return None
+    return kept[2] if kept[1] == weights_version(network) else None
+
+
+def _model_fingerprint(estimator) -> str:
+    """The model part of the cache key: ``feature_fingerprint_`` while the weights are not
+    loaded (the folder's, as fit hashed them) or are the ones recorded under it (at the fit
+    or the load that made them), else a hash of the loaded weights, made again whenever their
+    :func:`~skbert._nn.network.weights_version` changes (``load_state_dict`` in place)."""
     fingerprint = vars(estimator).get("feature_fingerprint_")
     if fingerprint is None:  # fitted before `memory` was set
         network = estimator.fitted_network()
@@ -112,9 +131,6 @@ def _model_fingerprint(estimator) -> str:
         network = _loaded_network(estimator)
         if network is None:  # the folder's weights, not loaded: as fit hashed them
             return fingerprint
-        kept = prediction_cache(estimator).fingerprint
-        if kept is None or kept[0] is not network:  # first seen: the weights fit hashed
-            _hashed(estimator, network, fingerprint)
     return remembered(
         estimator,
         "fingerprint",
@@ -128,7 +144,7 @@ def cached_transform(estimator, first, second, root) -> np.ndarray:
     """Vectors of the texts from the feature cache in ``root``, encoding (and storing) the
     missing ones with ``estimator``'s network."""
     fingerprint = _model_fingerprint(estimator)
-    unloaded = _loaded_network(estimator) is None  # a deferred encoder: loaded if needed
+    current = weights_key(estimator) == fingerprint  # or not loaded: loaded if needed
     device, dtype = estimator._device_and_dtype(inference=True)
     readout = estimator.readout_
     precision = int8_kind() if estimator._int8_runs(device) else dtype
@@ -151,8 +167,11 @@ def cached_transform(estimator, first, second, root) -> np.ndarray:
     store = get_store(root, cache_key(readout, **context))
     digests = text_digests(first, second)
     vectors, n_missing, n_encoded = cached_vectors(store, digests, readout, compute)
-    if unloaded and _loaded_network(estimator) is not None:  # loaded for missing texts
-        _model_fingerprint(estimator)  # its weights now are those fit hashed
+    network = _loaded_network(estimator)
+    if network is not None and (current or weights_key(estimator) is None):
+        # moved to the device, or loaded, by this call (weights_version counts storages):
+        # the same weights, under the same key
+        _hashed(estimator, network, fingerprint)
     if estimator.verbose:
         n = len(first)
         repeats = n_missing - n_encoded

@@ -17,7 +17,12 @@ import numpy as np
 from scipy.sparse import issparse
 from sklearn.utils.multiclass import type_of_target
 
-__all__ = ["read_as_unknown", "refuse_object_numbers", "refuse_unknown_labels"]
+__all__ = [
+    "read_as_unknown",
+    "refuse_object_indicator",
+    "refuse_object_numbers",
+    "refuse_unknown_labels",
+]
 
 _INT64 = np.iinfo(np.int64)
 _FAILS = (
@@ -52,6 +57,27 @@ def read_as_unknown(given, y: np.ndarray) -> bool:
 
 def _is_frame(given) -> bool:
     return getattr(given, "ndim", None) == 2 and hasattr(given, "columns")
+
+
+def refuse_object_indicator(given) -> None:
+    """Raise when a 2-D ``given`` (a multi-label indicator) reads as an object array: a
+    DataFrame of nullable ``Int64`` or ``boolean`` columns, or of mixed column dtypes, which
+    ``type_of_target`` calls an indicator and scikit-learn's metrics then refuse.
+
+    Raises
+    ------
+    ValueError
+        Naming the cast that makes the indicator readable.
+    """
+    if getattr(given, "ndim", None) != 2 or issparse(given):
+        return
+    if np.asarray(given).dtype != object:
+        return
+    raise ValueError(
+        "y is a 2-D indicator whose values numpy reads as dtype object (as a DataFrame of "
+        "nullable Int64 or boolean columns, or of mixed column dtypes, gives); "
+        f"{_FAILS}. Pass {_cast(given, 'int')}."
+    )
 
 
 def refuse_object_numbers(given, y: np.ndarray) -> None:

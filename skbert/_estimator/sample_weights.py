@@ -2,11 +2,12 @@
 each row's weight in the training loss.
 
 A row's loss is multiplied by its weight, as scikit-learn's estimators weigh samples
-(``LogisticRegression``, ``Ridge``, ...): a weight of 2 counts a row as two copies of it, 0 as
-no row. A batch's loss is the sum of its weighted row losses over the batch's size times the
-mean weight of all rows, so that all-equal weights train exactly as no weights do, and a batch
-of light rows moves the model less than one of heavy rows (torch's weighted mean, dividing by
-the batch's own sum of weights, would cancel the weights of a batch of one class).
+(``LogisticRegression``, ``Ridge``, ...): a weight of 2 counts a row's loss twice, 0 not at
+all. A batch's loss is the sum of its weighted row losses over the batch's size times the
+mean weight of the training rows (those ``early_stopping`` does not hold out), so that the
+loss keeps its scale, and a batch of light rows moves the model less than one of heavy rows
+(torch's weighted mean, dividing by the batch's own sum of weights, would cancel the weights
+of a batch of one class). Weights all equal are no weights (the fit is the unweighted one).
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def row_weights(weights: np.ndarray, train_rows: np.ndarray, why: str) -> torch.
 
 def weighted_mean_loss(losses: torch.Tensor, weights: torch.Tensor, mean_weight: float) -> tuple:
     """``(loss, size)``: the sum of the rows' ``losses`` times their ``weights``, over the
-    batch's size times ``mean_weight`` (the mean weight of all rows), and that divisor."""
+    batch's size times ``mean_weight`` (the mean weight of the training rows), and that
+    divisor."""
     size = len(losses) * mean_weight
     return (losses * weights).sum() / size, size
 

@@ -21,7 +21,12 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import type_of_target
 
 from .._core.messages import user_stacklevel
-from .label_types import read_as_unknown, refuse_object_numbers, refuse_unknown_labels
+from .label_types import (
+    read_as_unknown,
+    refuse_object_indicator,
+    refuse_object_numbers,
+    refuse_unknown_labels,
+)
 from .validation import pandas_missing
 
 __all__ = [
@@ -266,6 +271,8 @@ def check_class_labels(
     if unknown:
         refuse_object_numbers(given, y)
     if y.ndim == 2 and y.shape[1] > 1:
+        if scored and allow_multilabel:  # e.g. nullable Int64 columns: an indicator to
+            refuse_object_indicator(given)  # type_of_target, objects to the metrics
         if not allow_multilabel:
             hint = (
                 " (multi-label y, a 0/1 indicator matrix, trains objective='contrastive')"
