@@ -496,6 +496,7 @@ class BertSentenceTransformer(
             seed=seed,
             desc="Fine-tuning",
             checkpoint=checkpoint,
+            data_key=self._launch_data_key(first, second, targets.numpy(), objective=objective),
         )
         average_back(self, start, network.encoder)
         self.network_ = network.encoder.eval()

@@ -364,3 +364,81 @@ def test_a_state_that_weights_only_loading_would_refuse_is_not_written(tmp_path)
     with pytest.raises(TypeError, match=r"snapshot\['extra'\]\['kept'\] is a set"):
         checkpoint.save(snapshot, identity)
     assert checkpoint.stored_seed() is None and os.listdir(tmp_path) == []
+
+
+def test_a_run_started_before_an_unrepeatable_phase_resumes_from_its_start(tmp_path):
+    # mlm_steps: a masked-LM phase, before the loop, whose weights another number of threads
+    # (or CUDA) does not repeat bit for bit; the run's identity is taken before that phase
+    folder = tmp_path / "fit-state"
+
+    def fit(noise, stop_at=None, folder=folder):
+        net = Net(0)
+        checkpoint = None if folder is None else TrainingCheckpoint(folder, 4, "data-1")
+        if checkpoint is not None:
+            checkpoint.start_from(net)  # as loaded
+        with torch.no_grad():  # the phase, which gives other weights each time
+            net.head.weight.add_(noise)
+        config = config_of("plain")
+        history = train(
+            net, Counted(stop_at), make_batches, config, seed=SEED, checkpoint=checkpoint
+        )
+        return net, history
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(1e-3, stop_at=8)
+    assert stored_info(folder)["step"] == 6  # the end of epoch 1
+    net, history = fit(2e-3)  # refused as "other initial weights" before
+    assert stored_info(folder)["finished"]
+    # it continued the interrupted run, from the weights that run's phase gave
+    expected_net, expected = fit(1e-3, folder=None)
+    assert history.loss_curve == expected.loss_curve
+    for name, tensor in expected_net.state_dict().items():
+        assert torch.equal(net.state_dict()[name], tensor), name
+
+
+def test_a_fit_with_mlm_steps_resumes_when_that_phase_does_not_repeat(
+    tiny_bert, tmp_path, monkeypatch
+):
+    import skbert._training.loop as loop
+    from skbert import BertTextClassifier
+
+    def make():
+        return BertTextClassifier(
+            model=tiny_bert,
+            device="cpu",
+            batch_size=4,
+            max_epochs=1,
+            random_state=0,
+            mlm_steps=2,
+            checkpoint_dir=str(tmp_path / "fit-state"),
+            checkpoint_steps=1,
+        )
+
+    phase, calls = BertTextClassifier._within_task_pretrain, []
+
+    def unrepeatable(backbone, *args, **kwargs):  # as another number of threads, or CUDA
+        curve = phase(backbone, *args, **kwargs)
+        calls.append(len(calls))
+        with torch.no_grad():
+            backbone.embeddings.word_embeddings.weight.add_(1e-4 * len(calls))
+        return curve
+
+    monkeypatch.setattr(BertTextClassifier, "_within_task_pretrain", staticmethod(unrepeatable))
+    texts = [f"the {w} film was {v}" for w in ("cat", "dog", "movie") for v in ("good", "bad")]
+    labels = ["pos" if "good" in t else "neg" for t in texts]
+    step = loop._step
+
+    def interrupted(*args, **kwargs):  # the 2 masked-LM steps, 1 of fine-tuning, then stop
+        if interrupted.calls == 3:
+            raise KeyboardInterrupt
+        interrupted.calls += 1
+        return step(*args, **kwargs)
+
+    interrupted.calls = 0
+    monkeypatch.setattr(loop, "_step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        make().fit(texts, labels)
+    monkeypatch.setattr(loop, "_step", step)
+    assert stored_info(tmp_path / "fit-state")["step"] == 1
+    make().fit(texts, labels)  # refused before: "differs in the initial weights"
+    assert stored_info(tmp_path / "fit-state")["finished"]

@@ -54,7 +54,30 @@ def _loopback_namespace() -> list:
     return prefix if probe.returncode == 0 else []
 
 
-def _launch(model, out, watched, *options):
+def _kill_tree(pid: int) -> None:
+    """Kill the launch: its process group, and the ranks, which torchrun starts in sessions
+    of their own (found in /proc where there is one; they would hold the output open)."""
+    children, tree = {}, [pid]
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    for member in tree:  # grows as it goes: every descendant of the launch
+        tree.extend(children.get(member, []))
+    os.killpg(pid, signal.SIGKILL)
+    for member in tree[1:]:
+        try:
+            os.kill(member, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _launch(model, out, watched, *options, timeout=TIMEOUT_S):
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which(
         "torchrun"
     )
@@ -90,14 +113,14 @@ def _launch(model, out, watched, *options):
         start_new_session=True,  # its own process group: killed whole on a timeout
     )
     try:
-        output, _ = process.communicate(timeout=TIMEOUT_S)
+        output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        pytest.fail(f"torchrun ran past {TIMEOUT_S} s:\n{output[-4000:]}")
+        _kill_tree(process.pid)
+        output, _ = process.communicate(timeout=30)
+        pytest.fail(f"torchrun ran past {timeout} s:\n{output[-4000:]}")
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            _kill_tree(process.pid)
     logs = "".join(
         f"\n--- rank {r} stderr ---\n" + (out / f"stderr-{r}.txt").read_text()
         for r in "01"
@@ -236,6 +259,29 @@ def test_ranks_with_different_data_fail_with_a_clear_error(still_bert, tmp_path)
         assert "the 2 processes of this launch disagree on the number of batches" in message
         if os.path.isdir("/proc/self/task"):  # no gloo thread outlives leaving the group
             assert json.loads((tmp_path / f"threads-{rank}.json").read_text()) == []
+
+
+def test_a_fit_that_fails_on_one_rank_stops_every_rank_at_once(still_bert, tmp_path):
+    # (as GridSearchCV's error_score=nan catches it: the other rank waited 30 minutes in the
+    # failed fit's gradient reduction, gloo's timeout, and the failing rank's next fit too)
+    _launch(still_bert, tmp_path, tmp_path / "watched", "--failures", timeout=240)
+    ranks = [json.loads((tmp_path / f"failures-{r}.json").read_text()) for r in "01"]
+    for outcomes in ranks:  # errors that every rank raises leave the group as it is
+        assert "disagree on" in outcomes["shuffled"]["message"]
+        assert "the rows of the batches" in outcomes["shuffled"]["message"]
+        assert "the training data (a digest" in outcomes["labels"]["message"]
+        assert outcomes["after"]["message"] == "no error"
+        assert outcomes["failing"]["seconds"] < 60
+        refused = outcomes["refused"]["message"]
+        assert refused.startswith("RuntimeError: this process left its torchrun launch's")
+        assert "Restart the launch" in refused and "error_score='raise'" in refused
+        assert outcomes["refused"]["seconds"] < 5
+    assert ranks[0]["failing"]["message"] == "OSError: [Errno 28] No space left on device"
+    assert "OSError: [Errno 28]" in ranks[0]["refused"]["message"]
+    assert ranks[1]["failing"]["message"].startswith("RuntimeError")  # the peer left
+    if os.path.isdir("/proc/self/task"):  # no gloo thread outlives the group
+        for r in "01":
+            assert json.loads((tmp_path / f"threads-{r}.json").read_text()) == []
 
 
 def test_a_rank_takes_its_own_gpu_for_a_bare_cuda(monkeypatch):

@@ -6,7 +6,8 @@ weights, early stopping, checkpoints), fine-tunes a sentence transformer, fits a
 what it learned to ``OUT_DIR/result-RANK.pt``, the files it opened for writing under
 ``WATCHED_DIR`` (where the fits write) to ``OUT_DIR/writes-RANK.json``, and its stderr to
 ``OUT_DIR/stderr-RANK.txt``. With ``--other-data`` after them, each rank fits on other texts
-and writes the error it got to ``OUT_DIR/error-RANK.txt``.
+and writes the error it got to ``OUT_DIR/error-RANK.txt``; with ``--failures``, each rank
+writes to ``OUT_DIR/failures-RANK.json`` the outcome of fits that fail (:func:`fit_failures`).
 """
 
 from __future__ import annotations
@@ -143,6 +144,50 @@ def fit_other_data(model: str, out: Path, rank: str) -> None:
     (out / f"threads-{rank}.json").write_text(json.dumps(threads_left_after_leaving()))
 
 
+def fit_failures(model: str, out: Path, rank: str) -> None:
+    """Each fit's error and seconds: the ranks' data differ (every rank raises, and the group
+    stays: a fit after them trains), then a checkpoint write fails on rank 0 alone, caught as
+    GridSearchCV catches it (the ranks leave the group at once: a later fit is refused)."""
+    import time
+
+    import numpy as np
+
+    import skbert._training.checkpoint as checkpoint
+    from skbert import BertTextClassifier
+
+    texts, labels = corpus()
+    common = {"model": model, "device": "cpu", "batch_size": 6, "max_epochs": 1}
+    outcomes = {}
+
+    def attempt(name, X, y, **params):
+        start = time.monotonic()
+        try:
+            BertTextClassifier(**common, random_state=0, **params).fit(X, y)
+            message = "no error"
+        except Exception as error:
+            message = f"{type(error).__name__}: {error}"
+        outcomes[name] = {"message": message, "seconds": time.monotonic() - start}
+
+    order = np.random.RandomState(int(rank)).permutation(len(texts))  # as list(set(texts))
+    attempt("shuffled", [texts[i] for i in order], labels[order])
+    other = labels if rank == "0" else labels[::-1]  # the same texts, other labels
+    attempt("labels", texts, other, checkpoint_dir=str(out / "labels"))
+    attempt("after", texts, labels)
+    save, saves = checkpoint.TrainingCheckpoint.save, []
+
+    def full_disk(self, *args, **kwargs):
+        saves.append(1)
+        if rank == "0" and len(saves) == 2:
+            raise OSError(28, "No space left on device")
+        return save(self, *args, **kwargs)
+
+    checkpoint.TrainingCheckpoint.save = full_disk
+    attempt("failing", texts, labels, checkpoint_dir=str(out / "failing"), checkpoint_steps=2)
+    attempt("refused", texts, labels)
+    (out / f"failures-{rank}.json").write_text(json.dumps(outcomes), encoding="utf-8")
+    (out / f"threads-{rank}.json").write_text(json.dumps(threads_left_after_leaving()))
+
+
 def main(argv) -> None:
     import torch
 
@@ -150,6 +195,10 @@ def main(argv) -> None:
     rank = os.environ.get("RANK", "single")
     if argv[3:] == ["--other-data"]:
         fit_other_data(model, out, rank)
+        return
+    if argv[3:] == ["--failures"]:
+        sys.stderr = open(out / f"stderr-{rank}.txt", "w", encoding="utf-8")  # noqa: SIM115
+        fit_failures(model, out, rank)
         return
     writes = []
 

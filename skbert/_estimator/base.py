@@ -23,6 +23,7 @@ from .._core.deprecations import (
 )
 from .._core.devices import check_device_name, resolve_device, resolve_precision
 from .._core.flops import training_flops
+from .._core.launch import current_share
 from .._core.messages import report, user_stacklevel
 from .._inference.int8 import int8_unavailable
 from .._inference.predict import low_precision_copy, predict_rows
@@ -257,6 +258,13 @@ class BertEstimatorBase(BaseEstimator):
         task = {"estimator": type(self).__name__, **task}
         digest.update(json.dumps(_json_keys(task), sort_keys=True, default=str).encode())
         return digest.hexdigest()
+
+    def _launch_data_key(self, first, second, targets, **task):
+        """What the ranks of a torchrun launch compare before a fit trains (``train``'s
+        ``data_key``): :meth:`_data_key` of the texts, targets and task; None outside one."""
+        if not current_share().distributed:
+            return None
+        return self._data_key(first, second, targets, **task)
 
     def _forget(self, *names) -> None:
         """Drop the learned attributes ``names`` that are set (those that no longer apply)."""

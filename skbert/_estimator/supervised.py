@@ -155,7 +155,7 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
                     "is 0: they cannot score the epochs. Use a larger validation_fraction, "
                     "another random_state, or early_stopping=False."
                 )
-        network = self._network(first, second, seed, continuing)
+        network = self._network(first, second, seed, continuing, checkpoint)
         device, dtype = self._device_and_dtype(trained=network)
         predict_dtype = resolve_precision(self.precision, device)  # that of predict and score
         encoded = self._encode(first, second)
@@ -205,6 +205,7 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
             seed=seed,
             desc="Fine-tuning",
             checkpoint=checkpoint,
+            data_key=self._launch_data_key(first, second, targets, **task),
         )
         self.network_ = network
         self.loss_curve_ = history.loss_curve
@@ -214,9 +215,11 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
         )
         self.n_iter_ = history.n_iter
 
-    def _network(self, first, second, seed: int, continuing: bool) -> TaskNetwork:
+    def _network(self, first, second, seed: int, continuing: bool, checkpoint) -> TaskNetwork:
         """A copy of the fitted network for a ``warm_start`` fit, else a new one: the encoder
-        (after ``mlm_steps`` of within-task masked-LM training) and a new output layer."""
+        (after ``mlm_steps`` of within-task masked-LM training) and a new output layer. The
+        ``checkpoint``'s run (if any) is that of the weights before the masked-LM phase,
+        which need not repeat bit for bit (other thread counts, a GPU)."""
         if continuing:
             network = self._warm_start_network()
             network.dropout.p = self.dropout
@@ -225,6 +228,8 @@ class SupervisedEstimator(BertEstimatorBase, metaclass=ABCMeta):
             encoder = self._build_encoder()
             self.mlm_loss_curve_ = None
             if self.mlm_steps:  # under its own forked RNGs: the output layer's init is unmoved
+                if checkpoint is not None:
+                    checkpoint.start_from(encoder)
                 self.mlm_loss_curve_ = self._within_task_pretrain(
                     encoder.backbone,
                     list(first) + (list(second) if second is not None else []),

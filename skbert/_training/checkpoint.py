@@ -83,6 +83,7 @@ class TrainingCheckpoint:
         if not isinstance(data_key, str):
             raise TypeError(f"data_key must be a str, got {type(data_key).__name__}.")
         self.data_key = data_key
+        self._initial_weights = None  # set by start_from
 
     def __repr__(self) -> str:
         return f"TrainingCheckpoint({self.directory!r}, every_n_steps={self.every_n_steps})"
@@ -101,13 +102,31 @@ class TrainingCheckpoint:
         """Whether the state is written after optimiser step ``step`` (1-based)."""
         return step % self.every_n_steps == 0
 
+    def start_from(self, module) -> None:
+        """Take the run's initial weights from ``module`` now, before a phase of the fit that
+        ``data_key`` covers and that need not repeat bit for bit.
+
+        That phase is the within-task masked-LM training of ``mlm_steps``, run before the
+        loop: another number of threads, or CUDA, gives other weights each time, and a resume
+        would be refused for "other initial weights". :meth:`identity` then hashes the weights
+        taken here instead of the network the loop receives; the stored state holds every
+        weight, so a resumed run continues from those it trained.
+
+        Parameters
+        ----------
+        module : torch.nn.Module
+            What the fit starts from (the encoder as loaded, before the masked-LM phase).
+        """
+        self._initial_weights = "before training: " + weights_fingerprint(module)
+
     def identity(self, network, settings: dict, seed: int) -> dict:
         """The fingerprint of a run, computed before it trains.
 
         Parameters
         ----------
         network : torch.nn.Module
-            The network as the run begins (its weights are hashed).
+            The network as the run begins (its weights are hashed, unless :meth:`start_from`
+            took the initial weights before).
         settings : dict
             The training settings that change the result, as JSON values.
         seed : int
@@ -122,7 +141,7 @@ class TrainingCheckpoint:
             "data": hashlib.blake2b(self.data_key.encode(), digest_size=20).hexdigest(),
             "settings": settings,
             "seed": int(seed),
-            "network": weights_fingerprint(network),
+            "network": self._initial_weights or weights_fingerprint(network),
         }
         return json.loads(_to_json(identity))  # as it reads back
 

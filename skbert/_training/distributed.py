@@ -18,8 +18,14 @@ from __future__ import annotations
 
 import atexit
 import collections
+import datetime
+import hashlib
 import inspect
+import json
+import math
+import os
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -35,15 +41,29 @@ if torch.distributed.is_available():
     import torch.distributed.nn  # noqa: F401
 
 __all__ = [
+    "TIMEOUT_VARIABLE",
+    "RanksDisagree",
     "StepLoss",
+    "abandon",
     "barrier",
     "check_agree",
     "join",
+    "run_values",
     "shared_seed",
     "sum_over_ranks",
 ]
 
+#: The environment variable with the seconds a rank of skbert's process group waits in a
+#: collective for the others before it fails (default :data:`DEFAULT_TIMEOUT_S`; gloo's own is
+#: 30 minutes). It bounds the wait where a rank stops without leaving the group (stopped,
+#: stuck); a fit that fails on one rank leaves the group at once (:func:`abandon`).
+TIMEOUT_VARIABLE = "SKBERT_DISTRIBUTED_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600.0
+
 _JOINED = []  # the process group skbert initialised, to destroy at exit
+#: Why this process left skbert's process group after a fit failed on one rank (empty while
+#: it has not): the other ranks are not where this one is, so no later fit can train with them.
+_ABANDONED = []
 #: The tensors of skbert's recent collectives, kept until the group is destroyed. At
 #: destroy_process_group() a gloo worker thread can be freeing the tensors of an earlier
 #: collective; were its reference the last, it would wait for the GIL, which the main thread
@@ -63,34 +83,82 @@ def join(device: torch.device | None = None) -> Share:
 
     The group is the user's when one is initialised already; else, in a launch, skbert
     initialises it from the launcher's variables (``env://``): gloo for CPU tensors, and NCCL
-    for CUDA tensors where CUDA is available. It is destroyed when the process exits.
+    for CUDA tensors where CUDA is available, waiting at most ``SKBERT_DISTRIBUTED_TIMEOUT``
+    seconds (:data:`TIMEOUT_VARIABLE`) in a collective. It is destroyed when the process exits,
+    or when a fit fails on one rank (:func:`abandon`).
 
     Raises
     ------
     ValueError
-        If ``device`` is the CPU and the group has no backend for CPU tensors (NCCL only).
+        If ``device`` is the CPU and the group has no backend for CPU tensors (NCCL only), or
+        ``SKBERT_DISTRIBUTED_TIMEOUT`` is not a number of seconds > 0.
+    RuntimeError
+        If this process left the group after a fit failed (:func:`abandon`).
     """
     if switched_off():
         return SINGLE
     dist = torch.distributed
     if not dist.is_available():
         return SINGLE
+    if _ABANDONED:
+        raise RuntimeError(_ABANDONED[0])
     if not dist.is_initialized():
         where = launch()
         if where is None:
             return SINGLE
         backend = "gloo"
         if torch.cuda.is_available():
-            # as local_device picks it: more ranks than GPUs (a CPU fit) share them
+            # as local_device picks it; ranks past the GPUs (a device='cpu' fit, which
+            # local_device lets be) share them: no NCCL collective runs on them
             torch.cuda.set_device(where.local_rank % torch.cuda.device_count())
             backend = "cpu:gloo,cuda:nccl"
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend=backend, timeout=_timeout())
         _JOINED.append(True)
         atexit.register(_leave)
     share = Share(dist.get_rank(), dist.get_world_size())
     if share.distributed and device is not None:
         _check_backend(device)
     return share
+
+
+def _timeout() -> datetime.timedelta:
+    """How long a collective of skbert's group waits: ``SKBERT_DISTRIBUTED_TIMEOUT`` seconds."""
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return datetime.timedelta(seconds=DEFAULT_TIMEOUT_S)
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(
+            f"{TIMEOUT_VARIABLE}={text!r} is not allowed: it must be a number of seconds > 0 "
+            f"(how long a rank waits for the others in a collective; unset: "
+            f"{DEFAULT_TIMEOUT_S:g})."
+        )
+    return datetime.timedelta(seconds=seconds)
+
+
+def abandon(error: BaseException) -> None:
+    """Leave skbert's process group after ``error`` stopped a fit on this rank alone.
+
+    The other ranks may be waiting for this one in a collective of that fit (the gradients'
+    reduction): destroying the group closes its connections, so that they fail at once
+    (gloo: "Connection closed by peer") rather than after the timeout, and leave it in turn.
+    The ranks are no longer at the same point of the same fit, so every later fit in this
+    process refuses (:func:`join`); the launch must be restarted. A group that the user
+    initialised is the user's to destroy: it is left as it is.
+    """
+    if not _JOINED or _ABANDONED:
+        return
+    _ABANDONED.append(
+        f"this process left its torchrun launch's process group when a fit failed on one "
+        f"rank ({type(error).__name__}: {str(error)[:300]}), so that no rank waits for the "
+        "others in that fit: the ranks are no longer in step, and no later fit can train "
+        "with them. Restart the launch to fit again (inside a launch, a GridSearchCV or "
+        "cross_validate should set error_score='raise', so that a failed fit stops it)."
+    )
+    _leave()
 
 
 def _leave() -> None:
@@ -130,9 +198,14 @@ def shared_seed(seed: int) -> int:
     return int(value.item())
 
 
+class RanksDisagree(RuntimeError):
+    """Raised by :func:`check_agree` on every rank at once (the ranks stay in step)."""
+
+
 def check_agree(values: dict) -> None:
-    """Raise unless every rank has the same ``{name: number}`` (before a collective that would
-    otherwise wait for ever, or train on different data)."""
+    """Raise :class:`RanksDisagree` unless every rank has the same ``{name: number}`` (before a
+    collective that would otherwise wait for ever, or train on different data). A number must
+    be one that float64 holds exactly (an integer below 2**53)."""
     share = current_share()
     if not share.distributed:
         return
@@ -142,16 +215,65 @@ def check_agree(values: dict) -> None:
     torch.distributed.all_reduce(_kept(low), op=torch.distributed.ReduceOp.MIN)
     torch.distributed.all_reduce(_kept(high), op=torch.distributed.ReduceOp.MAX)
     differ = [
-        f"{name} (from {lo:g} to {hi:g})"
+        f"{name} (from {_number(lo)} to {_number(hi)})"
         for name, lo, hi in zip(values, low.tolist(), high.tolist(), strict=True)
         if lo != hi
     ]
     if differ:
-        raise RuntimeError(
+        raise RanksDisagree(
             f"the {share.world} processes of this launch disagree on {', '.join(differ)}: "
             "every rank must fit the same data with the same parameters (and resume from the "
             "same checkpoint_dir, on a folder every rank sees)."
         )
+
+
+def _number(value: float) -> str:
+    """``value`` in a message: an integer as one (a digest's 15 digits), else ``:g``."""
+    return str(int(value)) if value.is_integer() else f"{value:g}"
+
+
+def run_values(seed: int, batches, total_steps: int, settings: dict, data_key) -> dict:
+    """What the ranks of a launch compare (:func:`check_agree`) before a fit trains, as numbers
+    that float64 holds exactly (a digest as its first 48 bits).
+
+    Parameters
+    ----------
+    seed : int
+    batches : sequence
+        The first epoch's global batches; index arrays are digested (their order and rows
+        follow the texts' order and lengths), other batches counted only.
+    total_steps : int
+        The fit's optimiser steps.
+    settings : dict
+        The training settings that change the result, as JSON values.
+    data_key : str or None
+        The caller's hash of its training data and task (texts, targets, parameters).
+
+    Returns
+    -------
+    dict
+        ``{what, in words: number}``.
+    """
+    values = {
+        "the seed": seed,
+        "the number of batches": len(batches),
+        "the total optimiser steps": total_steps,
+        "the training settings": _digest(json.dumps(settings, sort_keys=True, default=str)),
+    }
+    if isinstance(batches, list) and all(isinstance(b, np.ndarray) for b in batches):
+        rows = hashlib.blake2b(digest_size=6)
+        for batch in batches:
+            rows.update(np.int64(len(batch)).tobytes() + batch.astype(np.int64).tobytes())
+        values["the rows of the batches"] = int(rows.hexdigest(), 16)
+    if data_key is not None:
+        what = "the training data (a digest of its texts, targets and parameters)"
+        values[what] = _digest(data_key)
+    return values
+
+
+def _digest(text: str) -> int:
+    """The first 48 bits of ``text``'s hash: an integer that float64 holds exactly."""
+    return int(hashlib.blake2b(text.encode(), digest_size=6).hexdigest(), 16)
 
 
 def sum_over_ranks(values) -> list:

@@ -43,7 +43,15 @@ from .._core.messages import progress, report
 from .._core.rng import reseed, seeded
 from ..exceptions import TrainingDivergedError
 from ..optim import layerwise_param_groups
-from .distributed import StepLoss, check_agree, join, sum_over_ranks
+from .distributed import (
+    RanksDisagree,
+    StepLoss,
+    abandon,
+    check_agree,
+    join,
+    run_values,
+    sum_over_ranks,
+)
 from .fault_checks import READ_EVERY, DeferredChecks, HostChecks
 from .snapshot import restore, snapshot
 
@@ -194,6 +202,7 @@ def train(
     seed: int = 0,
     desc: str = "Training",
     checkpoint=None,
+    data_key: str | None = None,
 ) -> TrainingHistory:
     """Train ``network`` in place.
 
@@ -223,6 +232,10 @@ def train(
     checkpoint : skbert._training.checkpoint.TrainingCheckpoint or None
         Write the training state there at intervals; if it holds the state of this same run
         (same data key, settings, seed and initial weights), continue from it.
+    data_key : str or None
+        The caller's hash of its training data and task (that of ``checkpoint`` by default).
+        The ranks of a launch compare it, with the seed, the settings and the batches, before
+        they train: each must fit the same data.
 
     Returns
     -------
@@ -235,21 +248,56 @@ def train(
         steps), a weight or a validation score stops being finite.
     ValueError
         If the data give no batch, or ``checkpoint`` holds the state of another run.
+    RuntimeError
+        In a launch, if the ranks disagree on the data, seed or settings, or this process
+        left the launch's process group after an earlier fit failed on one rank.
 
     Notes
     -----
     Whatever happens inside (an error, ``KeyboardInterrupt``), the network is left in eval
-    mode with every backbone parameter trainable again.
+    mode with every backbone parameter trainable again. In a launch, an error that stops the
+    fit on this rank alone (not a divergence, or a disagreement that every rank sees) makes
+    this process leave skbert's process group, so that the other ranks fail at once rather
+    than wait for it (:func:`~skbert._training.distributed.abandon`).
     """
+    if data_key is None and checkpoint is not None:
+        data_key = checkpoint.data_key
+    share = join(config.device)
     try:
-        return _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpoint)
+        return _train(
+            network,
+            loss_fn,
+            make_batches,
+            config,
+            share,
+            validate=validate,
+            seed=seed,
+            desc=desc,
+            checkpoint=checkpoint,
+            data_key=data_key,
+        )
+    except _EVERY_RANK:  # raised by every rank at the same point: the ranks stay in step
+        raise
+    except BaseException as error:
+        if share.distributed:
+            abandon(error)
+        raise
     finally:
         network.backbone.requires_grad_(True)
         network.eval()
 
 
-def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpoint):
-    share = join(config.device)
+class _NoBatches(ValueError):
+    """No training batch (on every rank: they agree on the number of batches first)."""
+
+
+#: the errors that every rank of a launch raises at the same point of a fit
+_EVERY_RANK = (TrainingDivergedError, RanksDisagree, _NoBatches)
+
+
+def _train(
+    network, loss_fn, make_batches, config, share, *, validate, seed, desc, checkpoint, data_key
+):
     if not share.writer:  # rank 0 alone prints and writes checkpoints
         config = replace(config, verbose=0)
     identity = None
@@ -260,10 +308,12 @@ def _train(network, loss_fn, make_batches, config, validate, seed, desc, checkpo
     rng = np.random.RandomState(seed)
     state = _Progress(epoch_rng=rng.get_state())
     batches = make_batches(rng)
-    check_agree({"the seed": seed, "the number of batches": len(batches)})
+    plan = _plan(config, max(len(batches), 1), desc)
+    if share.distributed:
+        settings = _result_settings(config)
+        check_agree(run_values(seed, batches, plan.total_steps, settings, data_key))
     if not batches:
-        raise ValueError("no training batches: the training data is empty.")
-    plan = _plan(config, len(batches), desc)
+        raise _NoBatches("no training batches: the training data is empty.")
     with seeded(seed + share.rank, config.device):  # the ranks' dropout draws differ
         opt = _optimisation(network, config, plan.total_steps)
         stored = None if checkpoint is None else checkpoint.load(identity)
