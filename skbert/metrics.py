@@ -215,13 +215,14 @@ def _correlation(measure, estimator, X, y) -> float:
     from sklearn.exceptions import UndefinedMetricWarning
 
     from ._core.messages import user_stacklevel
-    from ._estimator.targets import refuse_non_finite
+    from ._estimator.targets import _as_array, _refuse_non_reals, refuse_non_finite
 
     predicted = np.asarray(estimator.predict(X), dtype=np.float64)
-    try:
-        gold = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError) as exc:  # as the sts_* scorers name it
-        raise ValueError(f"y holds a value that is not a real number ({exc}).") from exc
+    # as the sts_* scorers read y: a missing value or a string is named (None read as nan,
+    # '1.5' as 1.5), one value per prediction
+    gold = _as_array(y, len(predicted), shapes="y takes one gold value per sample (and output).")
+    _refuse_non_reals(gold, "gold values are numbers")
+    gold = gold.astype(np.float64)
     if {predicted.shape, gold.shape} == {(len(gold),), (len(gold), 1)}:
         predicted, gold = predicted.ravel(), gold.ravel()  # one output: (n,) and (n, 1) alike
     if predicted.shape != gold.shape:
@@ -275,8 +276,9 @@ def spearman_scorer(estimator, X, y) -> float:
     Raises
     ------
     ValueError
-        When ``y`` holds a NaN or infinite value (its position is named), or its shape is
-        not the predictions' (but ``(n,)`` and ``(n, 1)``, read alike).
+        When ``y`` holds a missing, NaN or infinite value or one that is no number (a
+        string; its position is named), or its shape is not the predictions' (but ``(n,)``
+        and ``(n, 1)``, read alike).
 
     See Also
     --------

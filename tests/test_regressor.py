@@ -305,9 +305,14 @@ def test_correlation_scorers_check_y_as_r2_does(scorer):
     # one sample: nan with the warning of the STS scorers (pearson raised scipy's ValueError)
     with pytest.warns(UndefinedMetricWarning, match="not defined for 1 sample"):
         assert np.isnan(scorer(ridge, features[:1], gold[:1]))
-    # a label that is no number is named as y's (numpy's message alone named nothing)
-    with pytest.raises(ValueError, match=r"y holds a value that is not a real number \(could"):
+    # a label that is no number is named by its position, as the STS scorers name it
+    with pytest.raises(ValueError, match=r"^y\[3\] is 'a', not a real number; gold values"):
         scorer(ridge, features, np.array([*gold[:3], "a", *gold[4:]], dtype=object))
+    # None was read as nan ("y[3] is nan"), a numeric string as its number
+    with pytest.raises(ValueError, match=r"^y\[3\] is missing \(None\)"):
+        scorer(ridge, features, [*gold[:3], None, *gold[4:]])
+    with pytest.raises(ValueError, match=r"^y\[0\] is '[-0-9.]+', not a real number"):
+        scorer(ridge, features, gold.astype(str))
 
 
 @pytest.mark.parametrize("scorer", [spearman_scorer, pearson_scorer])
