@@ -68,7 +68,8 @@ def cosine_spearman(u, v, scores) -> float:
     Returns
     -------
     float
-        The Spearman correlation, between -1 and 1.
+        The Spearman correlation, between -1 and 1; NaN (with an ``UndefinedMetricWarning``,
+        as the scorers give it) for fewer than 2 pairs.
 
     Raises
     ------
@@ -84,6 +85,18 @@ def cosine_spearman(u, v, scores) -> float:
         raise ValueError(
             f"scores[{bad[0]}] is {float(scores[bad[0]])!r}; gold scores must be finite."
         )
+    if len(scores) < 2:  # as the scorers say it (scipy warned its own way, or raised)
+        from sklearn.exceptions import UndefinedMetricWarning
+
+        from ._core.messages import user_stacklevel
+
+        warnings.warn(
+            f"Spearman's correlation is not defined for {len(scores)} pair; it needs at least "
+            "2 pairs. Returning nan.",
+            UndefinedMetricWarning,
+            stacklevel=user_stacklevel(),
+        )
+        return float("nan")
     return _coefficient(spearmanr(cosines, scores))
 
 

@@ -358,6 +358,12 @@ def test_cosine_spearman_refuses_scores_that_are_not_finite():
     for bad in (np.nan, np.inf):
         with pytest.raises(ValueError, match=rf"scores\[2\] is {bad!r}; gold scores must be"):
             cosine_spearman(u, v, np.r_[scores[:2], bad, scores[3:]])
+    # one pair: nan with the scorers' warning (scipy warned its own way, or for none raised)
+    from sklearn.exceptions import UndefinedMetricWarning
+
+    for n in (1, 0):
+        with pytest.warns(UndefinedMetricWarning, match=f"not defined for {n} pair"):
+            assert np.isnan(cosine_spearman(u[:n], v[:n], scores[:n]))
 
 
 @pytest.mark.real_model
