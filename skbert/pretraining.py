@@ -33,12 +33,11 @@ from ._core.messages import report, user_stacklevel
 from ._core.rng import rng_lock, seeded
 from ._estimator.constraints import RANDOM_STATE, Number
 from ._estimator.model_source import fitted_encoder_source, load_encoder
+from ._estimator.pretrained_folder import write_pretrained
 from ._estimator.validation import check_texts
 from ._nn.backbone import (
     DEFAULT_MODEL,
-    UNTRAINED_POOLER,
     SpecialTokens,
-    copy_sentence_pipeline,
     float32_weights,
     loading_errors,
     locate_model,
@@ -50,6 +49,7 @@ from ._text.encoding import text_windows
 from ._training.distributed import barrier, shared_seed
 from ._training.loop import TrainingConfig
 from ._training.masked_lm import check_same_encoder, mask_batch, train_masked_lm
+from ._training.rank_failures import leave_after
 
 __all__ = [
     "further_pretrain",
@@ -377,34 +377,13 @@ def further_pretrain(
             f"{curve}"
         )
     if current_share().writer:  # in a torchrun launch, rank 0 writes; the others wait for it
-        state = {**mlm.to("cpu").state_dict(), **_source_pooler(model, mlm.base_model_prefix)}
-        with quiet_loading():
-            mlm.save_pretrained(output_dir, state_dict=state)
-            tokenizer.save_pretrained(output_dir)
-        source = model
-        while (fitted := fitted_encoder_source(source)) is not None:
-            source = fitted.model  # the checkpoint a fitted estimator was fitted from
-        if not copy_sentence_pipeline(source, output_dir):  # its pooling and Normalize
-            stale = os.path.join(output_dir, "modules.json")  # of what was written there before
-            if os.path.isfile(stale):
-                os.remove(stale)
+        try:
+            write_pretrained(model, mlm, tokenizer, output_dir)
+        except BaseException as error:  # the others wait in the barrier: let them go
+            leave_after(error)
+            raise
     barrier()
     return output_dir
-
-
-def _source_pooler(model, prefix: str) -> dict:
-    """The trained pooler weights of ``model`` (none if it has none), named as in a masked-LM
-    checkpoint of ``prefix`` (``"bert"``, ...): the masked-LM model has no pooler, so
-    without them the written checkpoint would lose the pooler that ``pooling="pooler"``
-    reads (masked-LM training does not change it)."""
-    _, backbone = load_encoder(model)
-    if getattr(backbone, UNTRAINED_POOLER, False):
-        return {}
-    return {
-        f"{prefix}.{name}": value
-        for name, value in backbone.state_dict().items()
-        if name.startswith("pooler")
-    }
 
 
 @validate_params(

@@ -442,3 +442,25 @@ def test_a_fit_with_mlm_steps_resumes_when_that_phase_does_not_repeat(
     assert stored_info(tmp_path / "fit-state")["step"] == 1
     make().fit(texts, labels)  # refused before: "differs in the initial weights"
     assert stored_info(tmp_path / "fit-state")["finished"]
+
+
+def test_a_checkpoint_is_the_same_for_every_rank_of_a_launch(tiny_bert, tmp_path):
+    """Ranks given device=f"cuda:{LOCAL_RANK}", or one folder spelled two ways, hashed their
+    own strings into the checkpoint's key: one rank refused the folder while the other
+    resumed from it. The device (its type is the loop's own identity) is left out, and a
+    model folder is keyed by its real path."""
+    import shutil
+
+    from skbert import BertTextClassifier
+
+    model = shutil.copytree(tiny_bert, tmp_path / "model")
+    texts, targets = ["a", "b"], np.array([0, 1])
+
+    def key(**params):
+        params = {"checkpoint_dir": tmp_path / "ckpt", **params}
+        return BertTextClassifier(**params)._checkpoint(texts, None, targets).data_key
+
+    first = key(model=str(model), device="cuda:0")
+    assert key(model=str(model), device="cuda:1") == first
+    assert key(model=f"{model}/", device="cpu") == first
+    assert key(model=str(model), device="cpu", learning_rate=1e-3) != first

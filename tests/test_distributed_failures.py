@@ -13,6 +13,7 @@ from loop_helpers import Net
 
 import skbert._training.distributed as distributed
 import skbert._training.loop as loop
+import skbert._training.rank_failures as rank_failures
 from skbert._core.launch import Launch, Share
 from skbert.exceptions import TrainingDivergedError
 
@@ -21,6 +22,7 @@ from skbert.exceptions import TrainingDivergedError
 def fresh(monkeypatch):
     """A rank of a launch of 2 that has not joined its group yet (nothing joined for real)."""
     monkeypatch.setattr(distributed, "_JOINED", [])
+    monkeypatch.setattr(distributed, "_JOINED_BY", [None])
     monkeypatch.setattr(distributed, "_ABANDONED", [])
     monkeypatch.setattr(distributed, "launch", lambda: Launch(rank=0, world=2, local_rank=0))
     monkeypatch.setattr(distributed, "switched_off", lambda: False)
@@ -83,7 +85,7 @@ def _fit_on_rank(monkeypatch, failure):
     errors that made the rank leave the group."""
     monkeypatch.setattr(loop, "join", lambda device=None: Share(0, 2))
     left = []
-    monkeypatch.setattr(loop, "abandon", left.append)
+    monkeypatch.setattr(rank_failures, "abandon", left.append)
 
     def check_agree(values):
         raise failure
@@ -111,6 +113,63 @@ def test_a_failure_that_every_rank_raises_keeps_the_group(monkeypatch, kind):
     else:
         failure = TrainingDivergedError("diverged")
     assert _fit_on_rank(monkeypatch, failure) == []
+
+
+def test_a_process_forked_from_a_rank_trains_alone_even_after_the_rank_left(fresh, monkeypatch):
+    """A joblib or Dask worker forked from a rank is no rank: it was refused once the rank
+    had left the group, and (before) joined the rank's inherited group, waiting for ever."""
+    import os
+
+    monkeypatch.setattr(distributed, "launch", lambda: None)  # a child: not a rank
+    monkeypatch.setattr(distributed, "_JOINED_BY", [os.getpid() + 1])  # its parent joined
+    monkeypatch.setattr(distributed, "_ABANDONED", ["the rank left"])
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)  # inherited
+    assert distributed.join() == distributed.SINGLE
+    monkeypatch.setattr(distributed, "launch", lambda: Launch(rank=0, world=2, local_rank=0))
+    with pytest.raises(RuntimeError, match="the rank left"):  # the rank itself refuses
+        distributed.join()
+
+
+def test_a_fit_failing_before_training_leaves_the_group_too(monkeypatch, tmp_path):
+    """A failure between the fit's first collective (the shared seed) and train() (encoding,
+    loading the encoder) left the other ranks waiting for the whole timeout."""
+    from skbert import BertTextClassifier
+
+    left = []
+    monkeypatch.setattr(rank_failures, "abandon", left.append)
+    with pytest.raises(OSError, match="no such directory"):
+        BertTextClassifier(str(tmp_path / "no-model")).fit(["a", "b"], [0, 1])
+    assert len(left) == 1 and isinstance(left[0], OSError)
+    every = TrainingDivergedError("diverged on every rank")
+    rank_failures.leave_after(every)
+    assert len(left) == 1  # the ranks stay in step
+
+
+class _Checkpoint:
+    def __init__(self, outcome):
+        self.outcome = outcome
+
+    def load(self, identity):
+        if self.outcome == "refused":
+            raise ValueError("holds the training state of another run")
+        return {"step": 3} if self.outcome == "resumed" else None
+
+
+@pytest.mark.parametrize("outcome, code", [("none", 0), ("resumed", 1), ("refused", 2)])
+def test_the_ranks_agree_on_the_checkpoint_before_they_train(monkeypatch, outcome, code):
+    """One rank refusing the checkpoint (a key of per-rank strings) while another resumed left
+    that one training alone, waiting for the other in the first step."""
+    compared = []
+    monkeypatch.setattr(rank_failures, "check_agree", compared.append)
+    share = Share(1, 2)
+    if outcome == "refused":
+        with pytest.raises(rank_failures.CheckpointRefused, match="another run"):
+            rank_failures.agreed_load(_Checkpoint(outcome), "identity", share)
+    else:
+        stored = rank_failures.agreed_load(_Checkpoint(outcome), "identity", share)
+        assert (stored is None) == (outcome == "none")
+    assert list(compared[0].values()) == [code]
+    assert rank_failures.agreed_load(None, "identity", Share(0, 1)) is None
 
 
 def test_the_ranks_compare_the_data_the_batches_and_the_plan():

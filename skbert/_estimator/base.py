@@ -33,6 +33,7 @@ from .._storage.files import check_output_dir
 from .._storage.fingerprint import weights_fingerprint
 from .._text.encoding import encode_texts, pad_batch
 from .._training.distributed import shared_seed
+from .._training.rank_failures import leave_after
 from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from ..truncation import STRATEGIES
 from .constraints import RANDOM_STATE, Number
@@ -172,7 +173,9 @@ class BertEstimatorBase(BaseEstimator):
     @contextlib.contextmanager
     def _atomic_fit(self):
         """Make a ``fit`` all or nothing: if it raises (a bad value, a diverged loss, Ctrl-C),
-        the estimator's state is put back exactly as it was before (fitted or not).
+        the estimator's state is put back exactly as it was before (fitted or not); in a
+        torchrun launch, this process leaves the process group unless every rank raises
+        the error alike (:func:`~skbert._training.rank_failures.leave_after`).
 
         Fits never train the previous network in place (a ``warm_start`` fit trains a copy),
         so the attributes kept here are untouched by the failed fit.
@@ -180,10 +183,11 @@ class BertEstimatorBase(BaseEstimator):
         before, cache = dict(vars(self)), kept_cache(self)
         try:
             yield
-        except BaseException:
+        except BaseException as error:
             vars(self).clear()
             vars(self).update(before)
             restore_cache(self, cache)  # the weights an unpickled memory= fit keeps there
+            leave_after(error)  # in a launch: the other ranks may wait for this one
             raise
 
     def _warm_start_network(self):
@@ -222,9 +226,17 @@ class BertEstimatorBase(BaseEstimator):
         return f"a fitted {type(fitted).__name__} of {fitted._fitted_model} (encoder {weights})"
 
     #: parameters that do not change what a fit learns (or that the training loop's own
-    #: identity covers: the seed drawn from random_state, the device type), left out of a
+    #: identity covers: the seed drawn from random_state, the device type, so that the ranks
+    #: of a launch given device="cuda:LOCAL_RANK" share one checkpoint), left out of a
     #: checkpoint's data key
-    _NOT_IN_DATA_KEY = ("verbose", "checkpoint_dir", "checkpoint_steps", "memory", "random_state")
+    _NOT_IN_DATA_KEY = (
+        "verbose",
+        "checkpoint_dir",
+        "checkpoint_steps",
+        "memory",
+        "random_state",
+        "device",
+    )
 
     def _checkpoint(self, first, second, targets, **task):
         """The :class:`~skbert._training.checkpoint.TrainingCheckpoint` of ``checkpoint_dir``
@@ -235,6 +247,8 @@ class BertEstimatorBase(BaseEstimator):
 
         params = self.get_params(deep=False)
         params = {k: v for k, v in params.items() if k not in self._NOT_IN_DATA_KEY}
+        if isinstance(self.model, (str, os.PathLike)) and os.path.isdir(self.model):
+            params["model"] = os.path.realpath(self.model)  # "m", "./m/": one folder
         data_key = self._data_key(first, second, targets, params=params, **task)
         return TrainingCheckpoint(self.checkpoint_dir, self.checkpoint_steps, data_key)
 

@@ -61,6 +61,8 @@ TIMEOUT_VARIABLE = "SKBERT_DISTRIBUTED_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0
 
 _JOINED = []  # the process group skbert initialised, to destroy at exit
+#: the process that joined it: a process forked from that one (not a rank) trains alone
+_JOINED_BY = [None]
 #: Why this process left skbert's process group after a fit failed on one rank (empty while
 #: it has not): the other ranks are not where this one is, so no later fit can train with them.
 _ABANDONED = []
@@ -100,10 +102,12 @@ def join(device: torch.device | None = None) -> Share:
     dist = torch.distributed
     if not dist.is_available():
         return SINGLE
-    if _ABANDONED:
+    where = launch()
+    if where is None and _JOINED_BY[0] not in (None, os.getpid()):
+        return SINGLE  # forked from a rank (a joblib or Dask worker): not a rank, alone
+    if _ABANDONED and where is not None:
         raise RuntimeError(_ABANDONED[0])
     if not dist.is_initialized():
-        where = launch()
         if where is None:
             return SINGLE
         backend = "gloo"
@@ -114,6 +118,7 @@ def join(device: torch.device | None = None) -> Share:
             backend = "cpu:gloo,cuda:nccl"
         dist.init_process_group(backend=backend, timeout=_timeout())
         _JOINED.append(True)
+        _JOINED_BY[0] = os.getpid()
         atexit.register(_leave)
     share = Share(dist.get_rank(), dist.get_world_size())
     if share.distributed and device is not None:

@@ -43,16 +43,9 @@ from .._core.messages import progress, report
 from .._core.rng import reseed, seeded
 from ..exceptions import TrainingDivergedError
 from ..optim import layerwise_param_groups
-from .distributed import (
-    RanksDisagree,
-    StepLoss,
-    abandon,
-    check_agree,
-    join,
-    run_values,
-    sum_over_ranks,
-)
+from .distributed import StepLoss, check_agree, join, run_values, sum_over_ranks
 from .fault_checks import READ_EVERY, DeferredChecks, HostChecks
+from .rank_failures import NoBatches, agreed_load, leave_after
 from .snapshot import restore, snapshot
 
 __all__ = [
@@ -276,23 +269,13 @@ def train(
             checkpoint=checkpoint,
             data_key=data_key,
         )
-    except _EVERY_RANK:  # raised by every rank at the same point: the ranks stay in step
-        raise
     except BaseException as error:
         if share.distributed:
-            abandon(error)
+            leave_after(error)  # unless every rank raises it: then they stay in step
         raise
     finally:
         network.backbone.requires_grad_(True)
         network.eval()
-
-
-class _NoBatches(ValueError):
-    """No training batch (on every rank: they agree on the number of batches first)."""
-
-
-#: the errors that every rank of a launch raises at the same point of a fit
-_EVERY_RANK = (TrainingDivergedError, RanksDisagree, _NoBatches)
 
 
 def _train(
@@ -313,10 +296,10 @@ def _train(
         settings = _result_settings(config)
         check_agree(run_values(seed, batches, plan.total_steps, settings, data_key))
     if not batches:
-        raise _NoBatches("no training batches: the training data is empty.")
+        raise NoBatches("no training batches: the training data is empty.")
     with seeded(seed + share.rank, config.device):  # the ranks' dropout draws differ
         opt = _optimisation(network, config, plan.total_steps)
-        stored = None if checkpoint is None else checkpoint.load(identity)
+        stored = agreed_load(checkpoint, identity, share)
         if stored is not None:
             restore(stored, network, opt, state, rng, plan, config.device)
             if config.verbose:
