@@ -99,8 +99,9 @@ def predict(estimator, texts, *, threads: int | None = None):
     estimator : fitted estimator
         A classifier or a regressor that takes texts: a :class:`~skbert.BertTextClassifier`
         (``predict`` and ``classes_``), a :class:`~skbert.BertTextRegressor`, or a pipeline
-        ending in one or in a scikit-learn classifier or regressor. A multilabel classifier's
-        predictions are 2-D: use :func:`predict_proba` instead.
+        ending in one or in a scikit-learn classifier, regressor or clusterer (``KMeans``:
+        each text's cluster). A multilabel classifier's predictions are 2-D: use
+        :func:`predict_proba` instead.
     texts : dask.dataframe.Series or dask.dataframe.DataFrame
         One text per row, or two columns of sentence pairs (first, second).
     threads : int, optional
@@ -109,7 +110,8 @@ def predict(estimator, texts, *, threads: int | None = None):
     Returns
     -------
     dask.dataframe.Series or dask.dataframe.DataFrame
-        The predicted label (or, for a regressor, the float64 value) of each text, named
+        The predicted label (for a regressor the float64 value, for a clusterer the cluster,
+        of its ``labels_`` dtype) of each text, named
         ``"prediction"``, with the input's index; for a regressor fitted on a 2-D y (a
         multi-output :class:`~skbert.BertTextRegressor`, or a pipeline ending in a
         scikit-learn regressor), a DataFrame of one float64 column per output, named ``"0"``,
@@ -178,17 +180,19 @@ def _check_outputs(estimator, final, method):
     ``predict_proba`` does not give one label, value or row of probabilities per text."""
     if method == "transform" or (method == "predict" and is_regressor(estimator)):
         return
+    if method == "predict" and _is_clusterer(final):  # one cluster per text
+        return
     supported = (
-        "supported: a classifier fitted on a 1-D y (predict, predict_proba), a regressor "
-        "(predict), a multi-label BertTextClassifier (predict_proba), or skbert.dask.transform "
-        "for any transformer"
+        "supported: a classifier fitted on a 1-D y (predict, predict_proba), a regressor or "
+        "a clusterer (predict), a multi-label BertTextClassifier (predict_proba), or "
+        "skbert.dask.transform for any transformer"
     )
     classes = getattr(estimator, "classes_", None)  # a pipeline's is its last step's
     if classes is None:
         raise TypeError(
-            f"{method} needs a classifier with classes_ (or, for predict, a regressor) as the "
-            f"estimator or the last step of its pipeline; got {type(final).__name__}, which is "
-            f"neither; {supported}."
+            f"{method} needs a classifier with classes_ (or, for predict, a regressor or a "
+            f"clusterer) as the estimator or the last step of its pipeline; got "
+            f"{type(final).__name__}, which is none of them; {supported}."
         )
     if len(classes) and np.ndim(classes[0]) > 0:  # one array of classes per output
         raise ValueError(
@@ -235,11 +239,26 @@ def _meta(estimator, method):
         if outputs is not None:  # fitted on a 2-D y
             return pd.DataFrame({str(i): pd.Series(dtype=np.float64) for i in range(outputs)})
         return pd.Series(np.empty(0, dtype=np.float64), name="prediction")
+    final = estimator.steps[-1][1] if hasattr(estimator, "steps") else estimator
+    if method == "predict" and _is_clusterer(final):  # its labels_' dtype (KMeans: int32)
+        dtype = np.asarray(getattr(final, "labels_", np.empty(0, dtype=np.int64))).dtype
+        return pd.Series(np.empty(0, dtype=dtype), name="prediction")
     classes = np.asarray(estimator.classes_)
     if method == "predict":  # the dtype pandas gives the labels (str for strings, in pandas 3)
         return pd.Series(classes, name="prediction").iloc[:0]
     # float64, as predict_proba gives them (float32 made them differ from it in the last bits)
     return pd.DataFrame({str(c): pd.Series(dtype=np.float64) for c in classes})
+
+
+def _is_clusterer(estimator) -> bool:
+    """Whether ``estimator`` is a clusterer (``KMeans``, ...): its tags' estimator type
+    (scikit-learn >= 1.6), else its ``_estimator_type``."""
+    try:
+        from sklearn.utils import get_tags
+
+        return get_tags(estimator).estimator_type == "clusterer"
+    except (ImportError, AttributeError):
+        return getattr(estimator, "_estimator_type", None) == "clusterer"
 
 
 def _outputs(regressor):

@@ -54,10 +54,12 @@ def test_bad_inputs_say_what_is_allowed(tiny_bert):
 
 
 def test_final_steps_that_give_no_column_per_text_are_refused_up_front(tiny_bert):
-    """A pipeline ending in KMeans failed at compute with AttributeError 'classes_'; one
-    ending in a classifier fitted on a 2-D y with 'Data must be 1-dimensional' (predict) or
-    'Must pass 2-d input' (predict_proba)."""
+    """A pipeline ending in KMeans failed at compute with AttributeError 'classes_' (its
+    predict, one cluster per text, now works; its predict_proba is refused); one ending in a
+    classifier fitted on a 2-D y with 'Data must be 1-dimensional' (predict) or 'Must pass
+    2-d input' (predict_proba); an outlier detector is refused up front."""
     from sklearn.cluster import KMeans
+    from sklearn.ensemble import IsolationForest
     from sklearn.neighbors import KNeighborsClassifier
 
     from skbert.dask import predict, predict_proba
@@ -65,8 +67,16 @@ def test_final_steps_that_give_no_column_per_text_are_refused_up_front(tiny_bert
     one = dd.from_pandas(pd.Series(TEXTS[:4]), npartitions=2)
     km = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), KMeans(2, n_init=1))
     km.fit(TEXTS[:8])
-    with pytest.raises(TypeError, match="got KMeans, which is neither; supported: a classif"):
-        predict(km, one)
+    clusters = predict(km, one)
+    got = clusters.compute(scheduler="sync")
+    np.testing.assert_array_equal(got.to_numpy(), km.predict(TEXTS[:4]))
+    assert got.dtype == clusters.dtype == km.predict(TEXTS[:4]).dtype
+    with pytest.raises(TypeError, match=r"Pipeline has no predict_proba\(\)"):
+        predict_proba(km, one)
+    forest = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), IsolationForest())
+    forest.fit(TEXTS[:8])
+    with pytest.raises(TypeError, match="got IsolationForest, which is none of them; support"):
+        predict(forest, one)
     y = np.c_[LABELS[:8], 1 - LABELS[:8]]
     knn = make_pipeline(BertSentenceTransformer(tiny_bert, device="cpu"), KNeighborsClassifier(2))
     knn.fit(TEXTS[:8], y)
