@@ -37,7 +37,7 @@ from .._training.rank_failures import leave_after
 from ..pooling import CHUNK_POOLINGS, TOKEN_POOLINGS
 from ..truncation import STRATEGIES
 from .constraints import RANDOM_STATE, Number
-from .feature_memory import record_loaded_weights
+from .feature_memory import record_weights_key
 from .model_source import fitted_encoder_source, load_encoder
 from .persistence import folder as _persistence
 from .persistence.registry import register_estimator
@@ -402,7 +402,7 @@ class BertEstimatorBase(BaseEstimator):
 
             def load():  # the folder's weights, under the key fit gave them
                 network = deferred.load()
-                record_loaded_weights(self, network, deferred.fingerprint)
+                record_weights_key(self, network, deferred.fingerprint)
                 return network
 
             return remembered(self, "network", deferred, load)

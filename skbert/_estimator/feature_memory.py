@@ -31,7 +31,7 @@ __all__ = [
     "memory_location",
     "fit_for_cache",
     "cached_transform",
-    "record_loaded_weights",
+    "record_weights_key",
     "weights_key",
 ]
 
@@ -81,7 +81,7 @@ def fit_for_cache(estimator) -> None:
         network = estimator.network_ = estimator._build_encoder(trains=False)
         fingerprint = state_fingerprint(network.backbone, estimator.tokenizer_)
         estimator.feature_fingerprint_ = fingerprint
-        _hashed(estimator, network, fingerprint)  # the weights it hashed
+        record_weights_key(estimator, network, fingerprint)  # the weights it hashed
 
 
 def _loaded_network(estimator):
@@ -96,15 +96,11 @@ def _loaded_network(estimator):
     return None
 
 
-def _hashed(estimator, network, fingerprint) -> None:
-    """Record that ``fingerprint`` is the key of ``network``'s weights as they are now."""
+def record_weights_key(estimator, network, fingerprint) -> None:
+    """Record that ``fingerprint`` is the key of ``network``'s weights as they are now: where
+    fit hashed them, where they were loaded (a deferred encoder from its folder, a network
+    unpickled with :func:`weights_key`'s answer), or moved by a transform."""
     prediction_cache(estimator).fingerprint = (network, weights_version(network), fingerprint)
-
-
-def record_loaded_weights(estimator, network, fingerprint) -> None:
-    """Record that ``network``, just loaded (a deferred encoder from its folder, or a network
-    unpickled with :func:`weights_key`'s answer), holds the weights ``fingerprint`` keys."""
-    _hashed(estimator, network, fingerprint)
 
 
 def weights_key(estimator):
@@ -171,7 +167,7 @@ def cached_transform(estimator, first, second, root) -> np.ndarray:
     if network is not None and (current or weights_key(estimator) is None):
         # moved to the device, or loaded, by this call (weights_version counts storages):
         # the same weights, under the same key
-        _hashed(estimator, network, fingerprint)
+        record_weights_key(estimator, network, fingerprint)
     if estimator.verbose:
         n = len(first)
         repeats = n_missing - n_encoded

@@ -28,7 +28,7 @@ from .._nn.state import (
     network_from_state,
     network_to_state,
 )
-from .feature_memory import record_loaded_weights, weights_key
+from .feature_memory import record_weights_key, weights_key
 from .prediction_cache import prediction_cache, remembered
 
 __all__ = ["pickled_state", "unpickled_state"]
@@ -88,6 +88,6 @@ def unpickled_state(estimator, state: dict) -> tuple:
             network = network_from_state(weights)
             remembered(estimator, "network", estimator.deferred_network_, lambda: network)
         if key is not None and network is not None:
-            record_loaded_weights(estimator, network, key)
+            record_weights_key(estimator, network, key)
 
     return state, finish
