@@ -348,7 +348,7 @@ class BertTextClassifier(ClassifierMixin, SupervisedEstimator):
             criterion = torch.nn.CrossEntropyLoss(reduction=reduction)
         if rows is not None:
             # each row's loss times its weight, a batch's sum over its size times the mean
-            # weight of all rows: torch's weighted mean divided by the batch's own sum of
+            # weight of the training rows: torch's weighted mean divided by the batch's own sum of
             # weights instead, so that in a batch of one class (batches are grouped by text
             # length) the weight cancelled out
             why = "class_weight and sample_weight" if per_class is not None else "sample_weight"
